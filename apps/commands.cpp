@@ -1,0 +1,243 @@
+#include "apps/commands.h"
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "data/dataset_index.h"
+#include "data/split.h"
+#include "data/synth.h"
+#include "distributed/collectives.h"
+#include "engine/checkpoint.h"
+#include "engine/config.h"
+#include "engine/inference.h"
+#include "engine/metrics.h"
+#include "engine/run_log.h"
+#include "engine/trainer.h"
+#include "models/registry.h"
+
+namespace fs = std::filesystem;
+
+namespace ranzcr {
+namespace {
+
+int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+void apply_threads(const Config& config) {
+  if (config.train.num_threads > 0) torch::set_num_threads(config.train.num_threads);
+}
+
+torch::Device pick_device() { return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::kCPU; }
+
+void print_progress(int64_t done, int64_t total) {
+  std::cout << "\rsynth: " << done << "/" << total << " images" << (done == total ? "\n" : "") << std::flush;
+}
+
+// Makes sure data.root holds a data set: generates the synthetic one when the config asks for it,
+// otherwise explains how to get the data.
+void ensure_dataset(const Config& config, RunLog& log) {
+  const fs::path root(config.data.root);
+  if (fs::exists(root / config.data.train_csv)) return;
+  if (!config.synth.generate_if_missing) {
+    throw std::runtime_error(
+        "data set not found: " + (root / config.data.train_csv).string() +
+        " (data.root). Put the Kaggle RANZCR CLiP data there (train.csv and train/), or generate a synthetic "
+        "stand-in with: ./ranzcr synth --out " + root.string());
+  }
+  if (fs::exists(root)) throw std::runtime_error(root.string() + " exists but has no " + config.data.train_csv);
+  log.info("generating the synthetic data set in " + root.string() + " (" + std::to_string(config.synth.num_images) +
+           " images, " + std::to_string(config.synth.image_size) + " px, seed " + std::to_string(config.synth.seed) +
+           "); done once");
+  generate_synthetic(root.string(), config.synth, hardware_threads(), print_progress);
+}
+
+// The config for evaluate/predict: the given file, or the checkpoint's own resolved config.
+Config eval_config(const EvalArgs& args, const CheckpointMeta& meta) {
+  if (!args.config.empty()) return load_config(args.config, args.sets);
+  return parse_config(meta.config_yaml, args.checkpoint + " (embedded config)", args.sets);
+}
+
+std::shared_ptr<Classifier> load_model(const EvalArgs& args, const Config& config, const CheckpointMeta& meta,
+                                       torch::Device device) {
+  ModelSpec spec;
+  spec.in_channels = config.model.in_channels;
+  spec.num_classes = static_cast<int>(meta.label_names.size());
+  spec.dropout = config.model.dropout;
+  auto model = create_model(meta.model_name, spec);
+  load_checkpoint(args.checkpoint, *model, nullptr);
+  model->to(device);
+  model->eval();
+  return model;
+}
+
+InferenceOptions inference_options(const Config& config, bool tta, torch::Device device) {
+  InferenceOptions io;
+  io.image_size = config.data.image_size;
+  io.clahe = config.data.augment.clahe;
+  io.batch_size = config.train.eval_batch_size;
+  io.num_workers = config.data.num_workers;
+  io.prefetch_batches = config.data.prefetch_batches;
+  io.skip_bad_images = config.data.skip_bad_images;
+  io.tta_hflip = tta || config.train.tta_hflip;
+  io.in_channels = config.model.in_channels;
+  io.device = device;
+  return io;
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
+
+}  // namespace
+
+int run_train(const TrainArgs& args) {
+  std::vector<std::string> sets = args.sets;
+  if (!args.nproc_per_node.empty()) sets.push_back("distributed.nproc_per_node=" + args.nproc_per_node);
+  Config config = load_config(args.config, sets);
+  const std::string& nproc = config.distributed.nproc_per_node;
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 1;
+  const int workers = nproc == "auto" ? gpus : std::stoi(nproc);
+  if (workers != 1)
+    throw std::runtime_error("distributed.nproc_per_node=" + nproc + ": multi-process training is not implemented "
+                             "in this build yet; use 1");
+  apply_threads(config);
+  RunLog log(true);
+  ensure_dataset(config, log);
+  auto collectives = make_local_collectives();
+  TrainOptions options;
+  options.resume_path = args.resume;
+  options.device = pick_device();
+  if (!args.resume.empty()) read_checkpoint_meta(args.resume);  // fail early on a bad file
+  const TrainSummary summary = train(config, *collectives, log, options);
+  log.info("done: best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " + config.output.dir);
+  return 0;
+}
+
+int run_evaluate(const EvalArgs& args) {
+  const CheckpointMeta meta = read_checkpoint_meta(args.checkpoint);
+  Config config = eval_config(args, meta);
+  apply_threads(config);
+  RunLog log(true);
+  const torch::Device device = pick_device();
+  IndexOptions io = index_options(config.data);
+  io.label_columns = meta.label_names;
+  DatasetIndex index;
+  std::vector<int64_t> rows;
+  std::string source;
+  if (!args.csv.empty()) {
+    if (args.images.empty()) throw std::runtime_error("--csv needs --images (the folder of the CSV's images)");
+    index = load_index(args.csv, args.images, io);
+    rows.resize(index.size());
+    std::iota(rows.begin(), rows.end(), 0);
+    source = args.csv;
+  } else {
+    ensure_dataset(config, log);
+    const fs::path root(config.data.root);
+    index = load_index((root / config.data.train_csv).string(), (root / config.data.image_dir).string(), io);
+    const Split split = config.data.folds > 0
+                            ? group_kfold(index.groups, config.data.folds, config.data.fold, config.seed)
+                            : group_split(index.groups, config.data.val_fraction, config.seed);
+    rows = split.val;
+    source = "validation split of " + (root / config.data.train_csv).string();
+  }
+  auto model = load_model(args, config, meta, device);
+  auto collectives = make_local_collectives();
+  const InferenceResult r = run_inference(*model, index, rows, inference_options(config, args.tta, device), *collectives);
+  const double loss = torch::binary_cross_entropy_with_logits(r.logits, r.labels).item<double>();
+  const AucReport auc = multilabel_auc(r.logits, r.labels, meta.label_names);
+
+  std::cout << "evaluate " << args.checkpoint << " on " << source << " (" << r.rows.size(0) << " images)\n";
+  std::cout << std::left << std::setw(30) << "label" << std::right << std::setw(10) << "AUC" << std::setw(10)
+            << "positives\n";
+  const auto positives = r.labels.sum(0);
+  nlohmann::json per_class = nlohmann::json::object();
+  for (size_t k = 0; k < meta.label_names.size(); ++k) {
+    const auto& a = auc.per_class[k];
+    std::cout << std::left << std::setw(30) << meta.label_names[k] << std::right << std::setw(10)
+              << (a ? (std::ostringstream() << std::fixed << std::setprecision(4) << *a).str() : "undefined")
+              << std::setw(9) << positives[k].item<int64_t>() << "\n";
+    per_class[meta.label_names[k]] = a ? nlohmann::json(*a) : nlohmann::json();
+  }
+  std::cout << std::left << std::setw(30) << "mean" << std::right << std::setw(10) << std::fixed
+            << std::setprecision(4) << auc.mean << "\nloss " << loss << "\n";
+  for (const auto& name : auc.undefined) log.warn("column '" + name + "' has a single class: AUC undefined");
+  if (r.skipped > 0) log.warn(std::to_string(r.skipped) + " unreadable images skipped");
+  if (!args.out.empty()) {
+    nlohmann::json j;
+    j["auc_mean"] = std::isnan(auc.mean) ? nlohmann::json() : nlohmann::json(auc.mean);
+    j["auc"] = per_class;
+    j["loss"] = loss;
+    j["num_images"] = r.rows.size(0);
+    j["checkpoint"] = args.checkpoint;
+    j["epoch"] = meta.epoch;
+    j["source"] = source;
+    j["tta_hflip"] = args.tta || config.train.tta_hflip;
+    write_text_atomic(args.out, j.dump(2) + "\n");
+    std::cout << "wrote " << args.out << "\n";
+  }
+  return 0;
+}
+
+int run_predict(const EvalArgs& args) {
+  const CheckpointMeta meta = read_checkpoint_meta(args.checkpoint);
+  Config config = eval_config(args, meta);
+  apply_threads(config);
+  RunLog log(true);
+  const torch::Device device = pick_device();
+  DatasetIndex index;
+  if (!args.csv.empty()) {
+    IndexOptions io = index_options(config.data);
+    io.with_labels = false;
+    io.label_columns = meta.label_names;
+    index = load_index(args.csv, args.images, io);
+  } else {
+    index = index_from_folder(args.images, config.data.image_ext);
+  }
+  index.label_names = meta.label_names;
+  std::vector<int64_t> rows(index.size());
+  std::iota(rows.begin(), rows.end(), 0);
+  auto model = load_model(args, config, meta, device);
+  auto collectives = make_local_collectives();
+  log.info("predict: " + std::to_string(index.size()) + " images from " + args.images);
+  const InferenceResult r = run_inference(*model, index, rows, inference_options(config, args.tta, device), *collectives);
+  const torch::Tensor probs = torch::sigmoid(r.logits).contiguous();
+  std::ostringstream csv;
+  csv << config.data.id_column;
+  for (const auto& name : meta.label_names) csv << "," << name;
+  csv << "\n" << std::fixed << std::setprecision(6);
+  const auto pa = probs.accessor<float, 2>();
+  const auto ra = r.rows.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < probs.size(0); ++i) {
+    csv << index.ids[ra[i]];
+    for (int64_t k = 0; k < probs.size(1); ++k) csv << "," << pa[i][k];
+    csv << "\n";
+  }
+  write_text_atomic(args.out, csv.str());
+  if (r.skipped > 0) log.warn(std::to_string(r.skipped) + " unreadable images skipped (no row written for them)");
+  log.info("wrote " + args.out + " (" + std::to_string(probs.size(0)) + " rows)");
+  return 0;
+}
+
+int run_synth(const SynthArgs& args) {
+  SynthConfig config;
+  config.num_images = args.num_images;
+  config.num_test_images = args.num_test_images;
+  config.image_size = args.image_size;
+  config.seed = args.seed;
+  const int threads = args.threads > 0 ? args.threads : hardware_threads();
+  generate_synthetic(args.out, config, threads, print_progress);
+  std::cout << "wrote " << args.out << ": train.csv, train/ (" << args.num_images << "), train_annotations.csv, test/ ("
+            << args.num_test_images << "), sample_submission.csv, test_labels.csv\n";
+  return 0;
+}
+
+int run_models() {
+  for (const auto& name : model_names()) std::cout << name << "\n";
+  return 0;
+}
+
+}  // namespace ranzcr

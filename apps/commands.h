@@ -1,0 +1,42 @@
+// The ranzcr subcommands. Each returns the process exit status; user errors throw std::runtime_error
+// and are reported by main() as one `error: ...` line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ranzcr {
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> sets;  // --set key=value
+  std::string resume;
+  std::string nproc_per_node;     // --nproc-per-node ("" = from the config)
+};
+
+struct EvalArgs {
+  std::string config;  // "" = the checkpoint's own resolved config
+  std::vector<std::string> sets;
+  std::string checkpoint;
+  std::string csv;     // "" = the config's validation split
+  std::string images;  // image folder for --csv / predict
+  std::string out;
+  bool tta = false;
+};
+
+struct SynthArgs {
+  std::string out;
+  int num_images = 3000;
+  int num_test_images = 200;
+  int image_size = 512;
+  int seed = 7;
+  int threads = 0;
+};
+
+int run_train(const TrainArgs& args);
+int run_evaluate(const EvalArgs& args);
+int run_predict(const EvalArgs& args);
+int run_synth(const SynthArgs& args);
+int run_models();
+
+}  // namespace ranzcr

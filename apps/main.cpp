@@ -1,0 +1,80 @@
+// ranzcr: train, evaluate and predict chest X-ray tube/line classifiers (RANZCR CLiP shape).
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include <iostream>
+
+#include "apps/commands.h"
+
+namespace {
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ranzcr: train, evaluate and predict chest X-ray tube/line classifiers"};
+  app.require_subcommand(1);
+  ranzcr::TrainArgs train;
+  ranzcr::EvalArgs eval, pred;
+  ranzcr::SynthArgs synth;
+
+  auto* t = app.add_subcommand("train", "Train a model from a YAML config");
+  t->add_option("--config", train.config, "YAML config file")->required();
+  t->add_option("--set", train.sets, "Override a config key: --set train.epochs=3 (value parsed as YAML)");
+  t->add_option("--resume", train.resume, "Resume from a checkpoint (model, optimizer, schedule, epoch)");
+  t->add_option("--nproc-per-node", train.nproc_per_node, "Worker processes on this node: N or auto");
+
+  auto* e = app.add_subcommand("evaluate", "Score a checkpoint: per-label and mean ROC AUC, loss");
+  e->add_option("--config", eval.config, "YAML config (default: the checkpoint's resolved config)");
+  e->add_option("--set", eval.sets, "Override a config key");
+  e->add_option("--checkpoint", eval.checkpoint, "Checkpoint file")->required();
+  e->add_option("--csv", eval.csv, "Labelled CSV to evaluate on (default: the config's validation split)");
+  e->add_option("--images", eval.images, "Image folder for --csv");
+  e->add_option("--out", eval.out, "Write metrics JSON here");
+  e->add_flag("--tta", eval.tta, "Average with the horizontally flipped image");
+
+  auto* p = app.add_subcommand("predict", "Write a Kaggle submission CSV of probabilities");
+  p->add_option("--config", pred.config, "YAML config (default: the checkpoint's resolved config)");
+  p->add_option("--set", pred.sets, "Override a config key");
+  p->add_option("--checkpoint", pred.checkpoint, "Checkpoint file")->required();
+  p->add_option("--images", pred.images, "Image folder (every <id><data.image_ext> in it)")->required();
+  p->add_option("--csv", pred.csv, "Predict only the ids listed in this CSV (e.g. sample_submission.csv)");
+  p->add_option("--out", pred.out, "Submission CSV to write")->required();
+  p->add_flag("--tta", pred.tta, "Average with the horizontally flipped image");
+
+  auto* s = app.add_subcommand("synth", "Generate a synthetic RANZCR-shaped data set (Kaggle layout)");
+  s->add_option("--out", synth.out, "Output folder (must not exist)")->required();
+  s->add_option("--num-images", synth.num_images, "Training studies")->check(CLI::Range(10, 10000000));
+  s->add_option("--num-test-images", synth.num_test_images, "Test studies")->check(CLI::Range(0, 10000000));
+  s->add_option("--image-size", synth.image_size, "Image side, pixels")->check(CLI::Range(64, 4096));
+  s->add_option("--seed", synth.seed, "Generator seed");
+  s->add_option("--threads", synth.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
+
+  auto* m = app.add_subcommand("models", "List the model names");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& ex) {
+    return app.exit(ex);
+  } catch (const CLI::CallForAllHelp& ex) {
+    return app.exit(ex);
+  } catch (const CLI::ParseError& ex) {
+    std::cerr << "error: " << ex.what() << " (see ranzcr --help)" << std::endl;
+    return 2;
+  }
+  try {
+    if (t->parsed()) return ranzcr::run_train(train);
+    if (e->parsed()) return ranzcr::run_evaluate(eval);
+    if (p->parsed()) return ranzcr::run_predict(pred);
+    if (s->parsed()) return ranzcr::run_synth(synth);
+    if (m->parsed()) return ranzcr::run_models();
+  } catch (const c10::Error& ex) {
+    std::cerr << "error: " << first_line(ex.what_without_backtrace()) << std::endl;
+    return 1;
+  } catch (const std::exception& ex) {
+    std::cerr << "error: " << first_line(ex.what()) << std::endl;
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,98 @@
+#include "data/batch_loader.h"
+
+#include <cstring>
+
+namespace ranzcr {
+
+BatchLoader::BatchLoader(const DatasetIndex& index, std::vector<int64_t> rows, ImageTransform transform,
+                         int64_t epoch, LoaderOptions options)
+    : index_(index), rows_(std::move(rows)), transform_(std::move(transform)), epoch_(epoch), options_(options) {
+  const int64_t n = static_cast<int64_t>(rows_.size()), bs = options_.batch_size;
+  num_batches_ = options_.drop_last ? n / bs : (n + bs - 1) / bs;
+  for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { work(); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void BatchLoader::work() {
+  for (;;) {
+    int64_t b;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] {
+        return stop_ || next_claim_ >= num_batches_ || next_claim_ < consumed_ + options_.prefetch_batches;
+      });
+      if (stop_ || next_claim_ >= num_batches_) return;
+      b = next_claim_++;
+    }
+    Result result;
+    try {
+      result.batch = make_batch(b);
+    } catch (...) {
+      result.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ready_.emplace(b, std::move(result));
+    }
+    cv_.notify_all();
+  }
+}
+
+Batch BatchLoader::make_batch(int64_t b) const {
+  const int64_t begin = b * options_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size, rows_.size());
+  const int s = transform_.options().image_size;
+  const int64_t c = static_cast<int64_t>(index_.num_labels());
+  const bool labeled = !index_.labels.empty();
+  std::vector<cv::Mat> images;
+  std::vector<int64_t> kept;
+  Batch batch;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t row = rows_[i];
+    try {
+      const cv::Mat gray = decode_grayscale(index_.image_paths[row], s);
+      images.push_back(transform_(gray, epoch_, row));
+      kept.push_back(row);
+    } catch (const std::runtime_error& e) {
+      if (!options_.skip_bad_images)
+        throw std::runtime_error(std::string(e.what()) + " (set data.skip_bad_images=true to skip such files)");
+      ++batch.skipped;
+    }
+  }
+  const int64_t n = static_cast<int64_t>(kept.size());
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(options_.pin_memory);
+  batch.images = torch::empty({n, 1, s, s}, opts);
+  batch.labels = torch::zeros({n, labeled ? c : 0}, opts);
+  batch.indices = torch::empty({n}, torch::kLong);
+  float* img_ptr = batch.images.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const cv::Mat& m = images[i];
+    for (int y = 0; y < s; ++y) std::memcpy(img_ptr + (i * s + y) * s, m.ptr<float>(y), s * sizeof(float));
+    batch.indices.data_ptr<int64_t>()[i] = kept[i];
+    if (labeled)
+      std::memcpy(batch.labels.data_ptr<float>() + i * c, index_.labels.data() + kept[i] * c, c * sizeof(float));
+  }
+  return batch;
+}
+
+std::optional<Batch> BatchLoader::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (consumed_ >= num_batches_) return std::nullopt;
+  cv_.wait(lock, [&] { return ready_.count(consumed_) > 0; });
+  auto node = ready_.extract(consumed_);
+  ++consumed_;
+  lock.unlock();
+  cv_.notify_all();
+  if (node.mapped().error) std::rethrow_exception(node.mapped().error);
+  return std::move(node.mapped().batch);
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,116 @@
+#include "data/image_pipeline.h"
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+namespace ranzcr {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+bool is_jpeg(const std::vector<uchar>& buf) { return buf.size() > 4 && buf[0] == 0xFF && buf[1] == 0xD8; }
+
+// Width and height from a JPEG's SOFn marker, or false when the header is not understood.
+bool jpeg_size(const std::vector<uchar>& b, int* width, int* height) {
+  size_t i = 2;
+  while (i + 9 < b.size()) {
+    if (b[i] != 0xFF) return false;
+    const uchar marker = b[i + 1];
+    if (marker == 0xFF) {
+      ++i;
+      continue;
+    }
+    const size_t len = (b[i + 2] << 8) | b[i + 3];
+    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (sof) {
+      *height = (b[i + 5] << 8) | b[i + 6];
+      *width = (b[i + 7] << 8) | b[i + 8];
+      return true;
+    }
+    i += 2 + len;
+  }
+  return false;
+}
+
+// A complete JPEG ends with the EOI marker (possibly followed by padding bytes).
+bool jpeg_complete(const std::vector<uchar>& b) {
+  size_t end = b.size();
+  while (end > 2 && b[end - 1] == 0x00) --end;
+  return end >= 4 && b[end - 2] == 0xFF && b[end - 1] == 0xD9;
+}
+
+}  // namespace
+
+uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t index) {
+  return splitmix64(splitmix64(splitmix64(seed) ^ epoch) ^ index);
+}
+
+cv::Mat decode_grayscale(const std::string& path, int target_size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open image " + path);
+  std::vector<uchar> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (buf.empty()) throw std::runtime_error("empty image file " + path);
+  int flags = cv::IMREAD_GRAYSCALE;
+  if (is_jpeg(buf)) {
+    int w = 0, h = 0;
+    if (!jpeg_size(buf, &w, &h) || !jpeg_complete(buf))
+      throw std::runtime_error("corrupt or truncated JPEG " + path);
+    const int side = std::min(w, h);
+    if (side >= 8 * target_size) flags = cv::IMREAD_REDUCED_GRAYSCALE_8;
+    else if (side >= 4 * target_size) flags = cv::IMREAD_REDUCED_GRAYSCALE_4;
+    else if (side >= 2 * target_size) flags = cv::IMREAD_REDUCED_GRAYSCALE_2;
+  }
+  cv::Mat img = cv::imdecode(buf, flags);
+  if (img.empty()) throw std::runtime_error("cannot decode image " + path + " (corrupt or not an image)");
+  if (img.depth() != CV_8U) img.convertTo(img, CV_8U, img.depth() == CV_16U ? 1.0 / 257.0 : 1.0);
+  return img;
+}
+
+cv::Mat ImageTransform::operator()(const cv::Mat& gray, int64_t epoch, int64_t sample_index) const {
+  const int s = options_.image_size;
+  const auto& aug = options_.augment;
+  cv::Mat img;
+  const int interp = (gray.cols > s || gray.rows > s) ? cv::INTER_AREA : cv::INTER_LINEAR;
+  cv::resize(gray, img, cv::Size(s, s), 0, 0, interp);
+  if (aug.clahe) {
+    cv::Ptr<cv::CLAHE> clahe = cv::createCLAHE(2.0, cv::Size(8, 8));
+    clahe->apply(img, img);
+  }
+  cv::Mat out;
+  if (!options_.train) {
+    img.convertTo(out, CV_32F, 1.0 / 255.0);
+    return out;
+  }
+  std::mt19937_64 rng(mix_seed(options_.seed, epoch, sample_index));
+  auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  const double angle = uniform(-aug.rotate_deg, aug.rotate_deg);
+  const double scale = uniform(1.0 - aug.scale, 1.0 + aug.scale);
+  const double tx = uniform(-aug.shift, aug.shift) * s, ty = uniform(-aug.shift, aug.shift) * s;
+  const bool flip = aug.hflip && uniform(0.0, 1.0) < 0.5;
+  const double brightness = uniform(-aug.brightness, aug.brightness);
+  const double contrast = uniform(1.0 - aug.contrast, 1.0 + aug.contrast);
+  if (angle != 0.0 || scale != 1.0 || tx != 0.0 || ty != 0.0) {
+    cv::Mat m = cv::getRotationMatrix2D(cv::Point2f(0.5f * (s - 1), 0.5f * (s - 1)), angle, scale);
+    m.at<double>(0, 2) += tx;
+    m.at<double>(1, 2) += ty;
+    cv::warpAffine(img, img, m, img.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
+  }
+  if (flip) cv::flip(img, img, 1);
+  // out = (x - 0.5) * contrast + 0.5 + brightness, clipped to [0, 1]
+  img.convertTo(out, CV_32F, contrast / 255.0, 0.5 - 0.5 * contrast + brightness);
+  cv::min(out, 1.0, out);
+  cv::max(out, 0.0, out);
+  return out;
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,23 @@
+// Train/validation splits grouped by PatientID: no group ever appears on both sides.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ranzcr {
+
+struct Split {
+  std::vector<int64_t> train;  // row indices, ascending
+  std::vector<int64_t> val;    // row indices, ascending
+};
+
+/// Shuffles the distinct groups with `seed` and puts round(val_fraction * groups) of them (at least one,
+/// at most all but one) in validation. Empty group names count as one group per row.
+Split group_split(const std::vector<std::string>& groups, double val_fraction, uint64_t seed);
+
+/// GroupKFold: groups are shuffled with `seed`, then assigned largest first to the fold holding the fewest
+/// rows; fold `fold` is validation.
+Split group_kfold(const std::vector<std::string>& groups, int folds, int fold, uint64_t seed);
+
+}  // namespace ranzcr

@@ -1,0 +1,30 @@
+// The thin collectives API the trainer calls. One process: every call is a no-op or an identity.
+// The multi-process implementation (c10d process groups) plugs in behind the same interface.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+
+namespace ranzcr {
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  bool is_main() const { return rank() == 0; }
+  /// Sums `tensor` over all ranks, in place.
+  virtual void all_reduce_sum(torch::Tensor& tensor) = 0;
+  /// Concatenates each rank's `tensor` along dim 0 in rank order; sizes along dim 0 may differ.
+  virtual torch::Tensor all_gather_cat(const torch::Tensor& tensor) = 0;
+  /// Copies `tensor` from `root` to every rank, in place.
+  virtual void broadcast(torch::Tensor& tensor, int root) = 0;
+  /// Returns when every rank has called it.
+  virtual void barrier() = 0;
+};
+
+/// Collectives for a single process: rank 0 of 1.
+std::shared_ptr<Collectives> make_local_collectives();
+
+}  // namespace ranzcr

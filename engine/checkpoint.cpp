@@ -1,0 +1,154 @@
+#include "engine/checkpoint.h"
+
+#include <torch/serialize.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+
+namespace ranzcr {
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += s + "\n";
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string line;
+  while (std::getline(ss, line)) out.push_back(line);
+  return out;
+}
+
+torch::serialize::InputArchive open_archive(const std::string& path) {
+  if (!fs::is_regular_file(path)) throw std::runtime_error("checkpoint not found: " + path);
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const std::exception&) {
+    throw std::runtime_error(path + " is not a ranzcr checkpoint (cannot read it as a LibTorch archive)");
+  }
+  return archive;
+}
+
+CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::string& path) {
+  CheckpointMeta meta;
+  c10::IValue v;
+  if (!archive.try_read("ranzcr_format_version", v) || !v.isInt())
+    throw std::runtime_error(path + " is not a ranzcr checkpoint (no ranzcr_format_version)");
+  meta.format_version = v.toInt();
+  if (meta.format_version != kCheckpointFormatVersion)
+    throw std::runtime_error(path + ": checkpoint format version " + std::to_string(meta.format_version) +
+                             " is not supported (expected " + std::to_string(kCheckpointFormatVersion) + ")");
+  auto need = [&](const char* key) {
+    c10::IValue value;
+    if (!archive.try_read(key, value)) throw std::runtime_error(path + ": checkpoint lacks '" + key + "'");
+    return value;
+  };
+  meta.epoch = need("epoch").toInt();
+  meta.step = need("step").toInt();
+  meta.best_metric = need("best_metric").toDouble();
+  meta.config_yaml = need("config_yaml").toStringRef();
+  meta.model_name = need("model_name").toStringRef();
+  meta.label_names = split_lines(need("label_names").toStringRef());
+  return meta;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+  size_t off = 0;
+  while (off < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error("cannot write " + tmp + ": " + err);
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot flush " + tmp + ": " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
+                     torch::optim::Optimizer* optimizer) {
+  torch::serialize::OutputArchive archive;
+  archive.write("ranzcr_format_version", c10::IValue(meta.format_version));
+  archive.write("epoch", c10::IValue(meta.epoch));
+  archive.write("step", c10::IValue(meta.step));
+  archive.write("best_metric", c10::IValue(meta.best_metric));
+  archive.write("config_yaml", c10::IValue(meta.config_yaml));
+  archive.write("model_name", c10::IValue(meta.model_name));
+  archive.write("label_names", c10::IValue(join(meta.label_names)));
+  torch::serialize::OutputArchive model_archive;
+  model.save(model_archive);
+  archive.write("model", model_archive);
+  if (optimizer) {
+    torch::serialize::OutputArchive optim_archive;
+    optimizer->save(optim_archive);
+    archive.write("optimizer", optim_archive);
+  }
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  write_file_atomic(path, bytes.str());
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  auto archive = open_archive(path);
+  return read_meta(archive, path);
+}
+
+CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
+                               torch::optim::Optimizer* optimizer) {
+  auto archive = open_archive(path);
+  CheckpointMeta meta = read_meta(archive, path);
+  try {
+    torch::serialize::InputArchive model_archive;
+    archive.read("model", model_archive);
+    model.load(model_archive);
+    if (optimizer) {
+      torch::serialize::InputArchive optim_archive;
+      if (!archive.try_read("optimizer", optim_archive))
+        throw std::runtime_error("it holds no optimizer state");
+      optimizer->load(optim_archive);
+    }
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(path + ": checkpoint does not match the model '" + meta.model_name +
+                             "': " + e.what_without_backtrace());
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(path + ": cannot restore the checkpoint: " + e.what());
+  }
+  return meta;
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,40 @@
+// Self-describing checkpoints: format version, resolved config, label names, epoch/step, best metric,
+// model parameters and buffers, optimizer state. Written atomically (temporary file, fsync, rename).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <string>
+#include <vector>
+
+namespace ranzcr {
+
+constexpr int64_t kCheckpointFormatVersion = 1;
+
+struct CheckpointMeta {
+  int64_t format_version = kCheckpointFormatVersion;
+  int64_t epoch = 0;        // completed epochs
+  int64_t step = 0;         // optimizer steps taken (drives the LR schedule)
+  double best_metric = -1;  // best validation mean AUC so far (-1 = none)
+  std::string config_yaml;  // resolved config of the run
+  std::string model_name;
+  std::vector<std::string> label_names;
+};
+
+/// Writes model, optimizer (may be null) and meta to `path` atomically.
+void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
+                     torch::optim::Optimizer* optimizer);
+
+/// Reads only the meta of a checkpoint. Throws std::runtime_error naming the file when it is missing,
+/// not a ranzcr checkpoint, or of an unsupported format version.
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+
+/// Restores model (and optimizer when non-null) state from `path`; returns its meta.
+CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
+                               torch::optim::Optimizer* optimizer);
+
+/// Writes `bytes` to `path` atomically: temporary file in the same folder, fsync, rename, fsync folder.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace ranzcr

@@ -1,0 +1,82 @@
+// Typed configuration, filled once from YAML at the edge (apps/), then passed by value to the libraries.
+// Every field has a default; configs/quickstart.yaml and configs/ranzcr.yaml document each key.
+#pragma once
+
+#include "data/data_config.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace YAML {
+class Node;
+}
+
+namespace ranzcr {
+
+struct ModelConfig {
+  std::string name = "resnet18";  // registry name (see `ranzcr models`)
+  int in_channels = 1;            // 1 = grayscale input
+  double dropout = 0.0;           // dropout before the classifier
+};
+
+struct OptimConfig {
+  std::string name = "adamw";     // adamw | sgd
+  double lr = 1e-3;               // peak learning rate (after warmup)
+  double weight_decay = 1e-4;     // decoupled (adamw) or L2 (sgd)
+  double momentum = 0.9;          // sgd only (Nesterov)
+  double warmup_epochs = 0.5;     // linear warmup length, epochs (fractional allowed)
+  double min_lr_ratio = 0.01;     // cosine floor as a fraction of lr
+  double grad_clip = 0.0;         // max global gradient norm (0 = off)
+};
+
+struct TrainConfig {
+  int epochs = 10;                 // training epochs
+  int batch_size = 32;             // per process
+  int accum_steps = 1;             // micro-batches per optimizer step
+  int eval_batch_size = 64;        // per process, validation/predict
+  double log_every_seconds = 5.0;  // progress line period
+  int num_threads = 0;             // LibTorch intra-op threads (0 = all cores)
+  bool tta_hflip = false;          // evaluate/predict: average with the horizontally flipped image
+};
+
+struct DistributedConfig {
+  std::string nproc_per_node = "1";  // worker processes on this node: N or auto
+  std::string backend = "auto";      // auto | gloo | nccl
+};
+
+struct OutputConfig {
+  std::string dir = "runs/default";  // run folder
+  int keep_every = 0;                // also keep checkpoints/epoch_NNN.pt every N epochs (0 = off)
+};
+
+struct Config {
+  int seed = 42;  // seeds model init, split, sampler and augmentation
+  DataConfig data;
+  SynthConfig synth;
+  ModelConfig model;
+  OptimConfig optim;
+  TrainConfig train;
+  DistributedConfig distributed;
+  OutputConfig output;
+};
+
+/// Reads a YAML config file, applies `--set key=value` overrides (value parsed as YAML), validates
+/// every key and type, and returns the typed config. Throws std::runtime_error naming the key and the
+/// file line for unknown keys and wrong types.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Same, from YAML text; `origin` names the source in error messages.
+Config parse_config(const std::string& yaml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides = {});
+
+/// The resolved config as YAML text (every key, nested like the input).
+std::string config_to_yaml(const Config& config);
+
+/// Every valid dotted key, in declaration order.
+std::vector<std::string> config_keys();
+
+/// Semantic checks that span several fields (positive sizes, known optimizer, ...).
+void validate_config(const Config& config);
+
+}  // namespace ranzcr

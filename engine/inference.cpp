@@ -1,0 +1,86 @@
+#include "engine/inference.h"
+
+#include "data/batch_loader.h"
+#include "data/sampler.h"
+
+namespace ranzcr {
+
+torch::Tensor model_input(const torch::Tensor& images, int in_channels, torch::Device device) {
+  torch::Tensor x = images.to(device, /*non_blocking=*/true);
+  if (in_channels != 1) x = x.expand({-1, in_channels, -1, -1}).contiguous();
+  return x;
+}
+
+InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
+                              const InferenceOptions& options, Collectives& collectives) {
+  SamplerOptions so;
+  so.rank = collectives.rank();
+  so.world_size = collectives.world_size();
+  so.shuffle = false;
+  so.pad = false;
+  const std::vector<int64_t> positions = DistributedSampler(rows.size(), so).indices();
+  std::vector<int64_t> my_rows;
+  for (int64_t p : positions) my_rows.push_back(rows[p]);
+
+  TransformOptions to;
+  to.image_size = options.image_size;
+  to.train = false;
+  to.augment.clahe = options.clahe;
+  LoaderOptions lo;
+  lo.batch_size = options.batch_size;
+  lo.num_workers = options.num_workers;
+  lo.prefetch_batches = options.prefetch_batches;
+  lo.skip_bad_images = options.skip_bad_images;
+  lo.pin_memory = options.device.is_cuda();
+  BatchLoader loader(index, my_rows, ImageTransform(to), /*epoch=*/0, lo);
+
+  const int64_t c = static_cast<int64_t>(index.num_labels());
+  std::vector<torch::Tensor> logits, labels, got_rows;
+  int64_t skipped = 0;
+  const bool was_training = model.is_training();
+  model.eval();
+  {
+    torch::NoGradGuard no_grad;
+    while (auto batch = loader.next()) {
+      skipped += batch->skipped;
+      if (batch->images.size(0) == 0) continue;
+      const torch::Tensor x = model_input(batch->images, options.in_channels, options.device);
+      torch::Tensor out = model.forward(x);
+      if (options.tta_hflip) out = 0.5 * (out + model.forward(x.flip({3})));
+      logits.push_back(out.to(torch::kCPU, torch::kFloat32));
+      labels.push_back(batch->labels);
+      got_rows.push_back(batch->indices);
+    }
+  }
+  model.train(was_training);
+  auto cat = [](std::vector<torch::Tensor>& parts, torch::Tensor empty) {
+    return parts.empty() ? empty : torch::cat(parts, 0);
+  };
+  const bool labeled = !index.labels.empty();
+  InferenceResult local;
+  local.logits = cat(logits, torch::zeros({0, c}));
+  local.labels = cat(labels, torch::zeros({0, labeled ? c : 0}));
+  local.rows = cat(got_rows, torch::zeros({0}, torch::kLong));
+
+  // One gather of everything; then back into the order of `rows`.
+  InferenceResult all;
+  all.logits = collectives.all_gather_cat(local.logits);
+  all.labels = collectives.all_gather_cat(local.labels);
+  all.rows = collectives.all_gather_cat(local.rows);
+  torch::Tensor skipped_t = torch::tensor({skipped}, torch::kLong);
+  collectives.all_reduce_sum(skipped_t);
+  all.skipped = skipped_t.item<int64_t>();
+  if (collectives.world_size() > 1) {
+    std::unordered_map<int64_t, int64_t> position;
+    for (size_t i = 0; i < rows.size(); ++i) position.emplace(rows[i], static_cast<int64_t>(i));
+    torch::Tensor key = torch::empty_like(all.rows);
+    for (int64_t i = 0; i < all.rows.size(0); ++i) key[i] = position.at(all.rows[i].item<int64_t>());
+    const torch::Tensor order = key.argsort();
+    all.logits = all.logits.index_select(0, order);
+    all.labels = all.labels.index_select(0, order);
+    all.rows = all.rows.index_select(0, order);
+  }
+  return all;
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,41 @@
+// Batched inference over rows of a data set, sharded over ranks without padding, gathered once.
+#pragma once
+
+#include <torch/types.h>
+
+#include <vector>
+
+#include "data/dataset_index.h"
+#include "distributed/collectives.h"
+#include "models/registry.h"
+
+namespace ranzcr {
+
+struct InferenceOptions {
+  int image_size = 256;
+  bool clahe = false;
+  int batch_size = 64;
+  int num_workers = 2;
+  int prefetch_batches = 4;
+  bool skip_bad_images = false;
+  bool tta_hflip = false;  // average the logits of the image and its horizontal mirror
+  int in_channels = 1;
+  torch::Device device = torch::kCPU;
+};
+
+struct InferenceResult {
+  torch::Tensor logits;  // [N, C] float32, CPU, in the order of `rows` (skipped images left out)
+  torch::Tensor labels;  // [N, C] float32 0/1 ([N, 0] when the index is unlabeled)
+  torch::Tensor rows;    // [N] int64: the index row of each prediction
+  int64_t skipped = 0;   // unreadable images skipped (all ranks)
+};
+
+/// Images [N, 1, H, W] in [0, 1] -> the model's input on `device` ([N, in_channels, H, W]).
+torch::Tensor model_input(const torch::Tensor& images, int in_channels, torch::Device device);
+
+/// Runs `model` in eval mode over `rows` of `index`. Each rank takes rows[rank::world]; the results are
+/// gathered on every rank and put back in the order of `rows`, so the metric sees exactly the full set.
+InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
+                              const InferenceOptions& options, Collectives& collectives);
+
+}  // namespace ranzcr

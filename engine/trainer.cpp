@@ -1,0 +1,266 @@
+#include "engine/trainer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "data/batch_loader.h"
+#include "data/dataset_index.h"
+#include "data/sampler.h"
+#include "data/split.h"
+#include "engine/checkpoint.h"
+#include "engine/inference.h"
+#include "engine/metrics.h"
+#include "models/registry.h"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace ranzcr {
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string fmt(double v, int precision = 4) {
+  std::ostringstream ss;
+  ss << std::fixed << std::setprecision(precision) << v;
+  return ss.str();
+}
+
+std::string fmt_duration(double s) {
+  const int64_t t = static_cast<int64_t>(std::max(0.0, s));
+  std::ostringstream ss;
+  ss << t / 60 << ":" << std::setw(2) << std::setfill('0') << t % 60;
+  return ss.str();
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model) {
+  if (o.name == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        model.parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay));
+  return std::make_unique<torch::optim::AdamW>(model.parameters(),
+                                               torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+}
+
+// Keeps the first `epochs` lines of metrics.jsonl (after a resume the later ones are recomputed).
+void truncate_metrics(const std::string& path, int64_t epochs) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && j.value("epoch", int64_t{0}) <= epochs) kept += line + "\n";
+  }
+  in.close();
+  write_file_atomic(path, kept);
+}
+
+}  // namespace
+
+double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double lr, double min_ratio) {
+  if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  const double span = std::max<int64_t>(1, total_steps - warmup_steps);
+  const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
+  const double floor = lr * min_ratio;
+  return floor + 0.5 * (lr - floor) * (1.0 + std::cos(M_PI * progress));
+}
+
+TrainSummary train(Config config, Collectives& collectives, RunLog& log, const TrainOptions& options) {
+  const bool main = collectives.is_main();
+  const auto& dc = config.data;
+  const fs::path root(dc.root);
+  DatasetIndex index = load_index((root / dc.train_csv).string(), (root / dc.image_dir).string(), index_options(dc));
+  config.data.label_columns = index.label_names;  // resolved: written to config.yaml and the checkpoint
+  const Split split = dc.folds > 0 ? group_kfold(index.groups, dc.folds, dc.fold, config.seed)
+                                   : group_split(index.groups, dc.val_fraction, config.seed);
+  const int64_t num_classes = static_cast<int64_t>(index.num_labels());
+
+  const fs::path out_dir(config.output.dir);
+  const std::string config_yaml = config_to_yaml(config);
+  if (main) {
+    fs::create_directories(out_dir / "checkpoints");
+    write_file_atomic((out_dir / "config.yaml").string(), config_yaml);
+    log.open_file((out_dir / "log.txt").string());
+  }
+  log.info("data: " + std::to_string(index.size()) + " images, " + std::to_string(num_classes) + " labels; train " +
+           std::to_string(split.train.size()) + ", validation " + std::to_string(split.val.size()) +
+           " (grouped by " + (dc.group_column.empty() ? std::string("row") : dc.group_column) + ")");
+
+  torch::manual_seed(config.seed);
+  ModelSpec spec;
+  spec.in_channels = config.model.in_channels;
+  spec.num_classes = static_cast<int>(num_classes);
+  spec.dropout = config.model.dropout;
+  std::shared_ptr<Classifier> model = create_model(config.model.name, spec);
+  model->to(options.device);
+  auto optimizer = make_optimizer(config.optim, *model);
+  log.info("model: " + config.model.name + ", " + std::to_string(count_parameters(*model)) + " parameters, " +
+           "device " + options.device.str() + ", world size " + std::to_string(collectives.world_size()));
+
+  CheckpointMeta meta;
+  meta.config_yaml = config_yaml;
+  meta.model_name = config.model.name;
+  meta.label_names = index.label_names;
+  if (!options.resume_path.empty()) {
+    const CheckpointMeta saved = read_checkpoint_meta(options.resume_path);
+    if (saved.model_name != config.model.name)
+      throw std::runtime_error("--resume " + options.resume_path + ": checkpoint holds model '" + saved.model_name +
+                               "' but the config says '" + config.model.name + "'");
+    if (saved.label_names != index.label_names)
+      throw std::runtime_error("--resume " + options.resume_path + ": the checkpoint's label columns differ from the data's");
+    const CheckpointMeta loaded = load_checkpoint(options.resume_path, *model, optimizer.get());
+    meta.epoch = loaded.epoch;
+    meta.step = loaded.step;
+    meta.best_metric = loaded.best_metric;
+    if (main) truncate_metrics((out_dir / "metrics.jsonl").string(), meta.epoch);
+    log.info("resumed from " + options.resume_path + " at epoch " + std::to_string(meta.epoch) + ", step " +
+             std::to_string(meta.step));
+  }
+
+  SamplerOptions so;
+  so.rank = collectives.rank();
+  so.world_size = collectives.world_size();
+  so.seed = static_cast<uint64_t>(config.seed);
+  so.drop_last = split.train.size() >= static_cast<size_t>(config.train.batch_size * so.world_size);
+  DistributedSampler sampler(static_cast<int64_t>(split.train.size()), so);
+
+  LoaderOptions lo;
+  lo.batch_size = config.train.batch_size;
+  lo.num_workers = dc.num_workers;
+  lo.prefetch_batches = dc.prefetch_batches;
+  lo.skip_bad_images = dc.skip_bad_images;
+  lo.drop_last = so.drop_last;
+  lo.pin_memory = options.device.is_cuda();
+  TransformOptions to;
+  to.image_size = dc.image_size;
+  to.train = true;
+  to.augment = dc.augment;
+  to.seed = static_cast<uint64_t>(config.seed);
+
+  const int64_t per_rank = sampler.num_samples();
+  const int64_t batches = lo.drop_last ? per_rank / lo.batch_size : (per_rank + lo.batch_size - 1) / lo.batch_size;
+  const int accum = config.train.accum_steps;
+  const int64_t steps_per_epoch = (batches + accum - 1) / accum;
+  const int64_t total_steps = steps_per_epoch * config.train.epochs;
+  const int64_t warmup_steps = static_cast<int64_t>(std::llround(config.optim.warmup_epochs * steps_per_epoch));
+
+  InferenceOptions io;
+  io.image_size = dc.image_size;
+  io.clahe = dc.augment.clahe;
+  io.batch_size = config.train.eval_batch_size;
+  io.num_workers = dc.num_workers;
+  io.prefetch_batches = dc.prefetch_batches;
+  io.skip_bad_images = dc.skip_bad_images;
+  io.in_channels = config.model.in_channels;
+  io.device = options.device;
+
+  TrainSummary summary;
+  summary.best_auc = meta.best_metric;
+  double lr = config.optim.lr;
+  for (int64_t epoch = meta.epoch; epoch < config.train.epochs; ++epoch) {
+    const auto epoch_start = Clock::now();
+    torch::manual_seed(static_cast<uint64_t>(config.seed) * 1000003ULL + static_cast<uint64_t>(epoch));
+    sampler.set_epoch(epoch);
+    std::vector<int64_t> rows;
+    for (int64_t p : sampler.indices()) rows.push_back(split.train[p]);
+    BatchLoader loader(index, rows, ImageTransform(to), epoch, lo);
+    model->train();
+    optimizer->zero_grad();
+    double loss_sum = 0.0, seen = 0.0, window_loss = 0.0, window_n = 0.0;
+    int64_t skipped = 0, batch_i = 0;
+    auto last_print = Clock::now();
+    while (auto batch = loader.next()) {
+      skipped += batch->skipped;
+      const int64_t n = batch->images.size(0);
+      if (n > 0) {
+        const torch::Tensor x = model_input(batch->images, config.model.in_channels, options.device);
+        const torch::Tensor y = batch->labels.to(options.device, true);
+        const torch::Tensor loss = torch::binary_cross_entropy_with_logits(model->forward(x), y);
+        (loss / accum).backward();
+        const double l = loss.item<double>();
+        loss_sum += l * n, seen += n, window_loss += l * n, window_n += n;
+      }
+      ++batch_i;
+      if (batch_i % accum == 0 || batch_i == loader.num_batches()) {
+        if (config.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), config.optim.grad_clip);
+        lr = scheduled_lr(meta.step, total_steps, warmup_steps, config.optim.lr, config.optim.min_lr_ratio);
+        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+        optimizer->step();
+        optimizer->zero_grad();
+        ++meta.step;
+      }
+      if (seconds_since(last_print) >= config.train.log_every_seconds || batch_i == loader.num_batches()) {
+        const double elapsed = seconds_since(epoch_start);
+        const double ips = seen * collectives.world_size() / std::max(elapsed, 1e-9);
+        const double eta = elapsed / batch_i * (loader.num_batches() - batch_i);
+        log.info("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.train.epochs) + " step " +
+                 std::to_string(batch_i) + "/" + std::to_string(loader.num_batches()) + " loss " +
+                 fmt(window_n > 0 ? window_loss / window_n : 0.0) + " lr " + fmt(lr, 6) + " " + fmt(ips, 1) +
+                 " img/s eta " + fmt_duration(eta));
+        window_loss = window_n = 0.0;
+        last_print = Clock::now();
+      }
+    }
+    const double train_seconds = seconds_since(epoch_start);
+    torch::Tensor stats = torch::tensor({loss_sum, seen, static_cast<double>(skipped)}, torch::kDouble);
+    collectives.all_reduce_sum(stats);
+    const double train_loss = stats[0].item<double>() / std::max(1.0, stats[1].item<double>());
+    const double images_per_sec = stats[1].item<double>() / std::max(train_seconds, 1e-9);
+
+    const InferenceResult val = run_inference(*model, index, split.val, io, collectives);
+    const double val_loss = torch::binary_cross_entropy_with_logits(val.logits, val.labels).item<double>();
+    const AucReport auc = multilabel_auc(val.logits, val.labels, index.label_names);
+    for (const auto& name : auc.undefined)
+      log.warn("validation column '" + name + "' has a single class: AUC undefined, left out of the mean");
+    const double epoch_seconds = seconds_since(epoch_start);
+    const bool improved = !std::isnan(auc.mean) && auc.mean > meta.best_metric;
+    if (improved) meta.best_metric = auc.mean;
+    meta.epoch = epoch + 1;
+    summary.last_auc = auc.mean;
+    summary.best_auc = meta.best_metric;
+    summary.epochs = meta.epoch;
+
+    if (main) {
+      nlohmann::json j;
+      j["epoch"] = epoch + 1;
+      j["step"] = meta.step;
+      j["train_loss"] = train_loss;
+      j["val_loss"] = val_loss;
+      j["val_auc_mean"] = std::isnan(auc.mean) ? nlohmann::json() : nlohmann::json(auc.mean);
+      nlohmann::json per_class = nlohmann::json::object();
+      for (size_t k = 0; k < auc.per_class.size(); ++k)
+        per_class[index.label_names[k]] = auc.per_class[k] ? nlohmann::json(*auc.per_class[k]) : nlohmann::json();
+      j["val_auc"] = per_class;
+      j["lr"] = lr;
+      j["images_per_sec"] = images_per_sec;
+      j["epoch_seconds"] = epoch_seconds;
+      j["train_images"] = stats[1].item<int64_t>();
+      j["val_images"] = val.rows.size(0);
+      j["skipped_images"] = stats[2].item<int64_t>() + val.skipped;
+      std::ofstream((out_dir / "metrics.jsonl").string(), std::ios::app) << j.dump() << "\n";
+      const std::string ckpt_dir = (out_dir / "checkpoints").string();
+      save_checkpoint(ckpt_dir + "/last.pt", meta, *model, optimizer.get());
+      if (improved) save_checkpoint(ckpt_dir + "/best.pt", meta, *model, optimizer.get());
+      if (config.output.keep_every > 0 && meta.epoch % config.output.keep_every == 0) {
+        std::ostringstream name;
+        name << ckpt_dir << "/epoch_" << std::setw(3) << std::setfill('0') << meta.epoch << ".pt";
+        save_checkpoint(name.str(), meta, *model, optimizer.get());
+      }
+    }
+    collectives.barrier();
+    log.info("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.train.epochs) + " train_loss " +
+             fmt(train_loss) + " val_loss " + fmt(val_loss) + " val_auc " + fmt(auc.mean) +
+             (improved ? " (best)" : "") + " " + fmt(images_per_sec, 1) + " img/s " + fmt(epoch_seconds, 1) + " s");
+    if (stats[2].item<int64_t>() + val.skipped > 0)
+      log.warn(std::to_string(stats[2].item<int64_t>() + val.skipped) + " unreadable images skipped this epoch");
+  }
+  return summary;
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,122 @@
+// ResNet (He et al. 2016, torchvision layout) and ResNet-D (He et al. 2019, "Bag of Tricks"; timm's
+// resnet*d: deep 3-conv stem of width 32, average-pool downsampling in the shortcut).
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+#include "models/registry.h"
+
+namespace ranzcr {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
+}
+
+class Block : public nn::Module {
+ public:
+  Block(int64_t in, int64_t planes, int64_t stride, bool bottleneck, bool avg_down) : bottleneck_(bottleneck) {
+    const int64_t out = planes * (bottleneck ? 4 : 1);
+    if (bottleneck) {
+      conv1_ = register_module("conv1", conv(in, planes, 1));
+      conv2_ = register_module("conv2", conv(planes, planes, 3, stride));
+      conv3_ = register_module("conv3", conv(planes, out, 1));
+      bn3_ = register_module("bn3", nn::BatchNorm2d(out));
+    } else {
+      conv1_ = register_module("conv1", conv(in, planes, 3, stride));
+      conv2_ = register_module("conv2", conv(planes, planes, 3));
+    }
+    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    if (stride != 1 || in != out) {
+      if (avg_down && stride != 1)
+        downsample_->push_back(nn::AvgPool2d(nn::AvgPool2dOptions(2).stride(stride).ceil_mode(true).count_include_pad(false)));
+      downsample_->push_back(conv(in, out, 1, avg_down ? 1 : stride));
+      downsample_->push_back(nn::BatchNorm2d(out));
+      register_module("downsample", downsample_);
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor y = torch::relu(bn1_->forward(conv1_->forward(x)));
+    y = bn2_->forward(conv2_->forward(y));
+    if (bottleneck_) y = bn3_->forward(conv3_->forward(torch::relu(y)));
+    const torch::Tensor shortcut = downsample_->is_empty() ? x : downsample_->forward(x);
+    return torch::relu(y + shortcut);
+  }
+
+ private:
+  bool bottleneck_;
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  nn::Sequential downsample_;
+};
+
+class ResNet : public Classifier {
+ public:
+  ResNet(const std::vector<int64_t>& layers, bool bottleneck, bool variant_d, const ModelSpec& spec) {
+    if (variant_d) {  // deep stem: 3x3/2 (32) -> 3x3 (32) -> 3x3 (64)
+      stem_->push_back(conv(spec.in_channels, 32, 3, 2));
+      stem_->push_back(nn::BatchNorm2d(32));
+      stem_->push_back(nn::ReLU(true));
+      stem_->push_back(conv(32, 32, 3));
+      stem_->push_back(nn::BatchNorm2d(32));
+      stem_->push_back(nn::ReLU(true));
+      stem_->push_back(conv(32, 64, 3));
+    } else {
+      stem_->push_back(conv(spec.in_channels, 64, 7, 2));
+    }
+    stem_->push_back(nn::BatchNorm2d(64));
+    stem_->push_back(nn::ReLU(true));
+    stem_->push_back(nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+    register_module("stem", stem_);
+    int64_t in = 64;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      nn::Sequential stage;
+      const int64_t planes = 64 << i;
+      for (int64_t b = 0; b < layers[i]; ++b) {
+        stage->push_back(std::make_shared<Block>(in, planes, (b == 0 && i > 0) ? 2 : 1, bottleneck, variant_d));
+        in = planes * (bottleneck ? 4 : 1);
+      }
+      stages_.push_back(register_module("layer" + std::to_string(i + 1), stage));
+    }
+    dropout_ = register_module("dropout", nn::Dropout(spec.dropout));
+    fc_ = register_module("fc", nn::Linear(in, spec.num_classes));
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* c = m->as<nn::Conv2d>()) nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = stem_->forward(x);
+    for (auto& s : stages_) x = s->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc_->forward(dropout_->forward(x));
+  }
+
+ private:
+  nn::Sequential stem_;
+  std::vector<nn::Sequential> stages_;
+  nn::Dropout dropout_{nullptr};
+  nn::Linear fc_{nullptr};
+};
+
+}  // namespace
+
+std::shared_ptr<Classifier> make_resnet(const std::string& name, const ModelSpec& spec) {
+  const bool d = name.back() == 'd';
+  const int depth = std::stoi(name.substr(6, name.size() - 6 - (d ? 1 : 0)));
+  std::vector<int64_t> layers;
+  switch (depth) {
+    case 18: layers = {2, 2, 2, 2}; break;
+    case 34: layers = {3, 4, 6, 3}; break;
+    case 50: layers = {3, 4, 6, 3}; break;
+    case 101: layers = {3, 4, 23, 3}; break;
+    case 152: layers = {3, 8, 36, 3}; break;
+    case 200: layers = {3, 24, 36, 3}; break;
+    default: throw std::invalid_argument("no ResNet of depth " + std::to_string(depth));
+  }
+  return std::make_shared<ResNet>(layers, depth >= 50, d, spec);
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,42 @@
+// A small CNN for tests and CPU quickstarts: five stride-2 stages of conv-BN-ReLU pairs, global pooling.
+#include <torch/torch.h>
+
+#include "models/registry.h"
+
+namespace ranzcr {
+namespace {
+
+class TinyCnn : public Classifier {
+ public:
+  explicit TinyCnn(const ModelSpec& spec) {
+    const std::vector<int64_t> widths = {16, 32, 64, 128, 128};
+    int64_t in = spec.in_channels;
+    for (int64_t w : widths) {
+      for (int64_t stride : {2, 1}) {
+        features_->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, w, 3).stride(stride).padding(1).bias(false)));
+        features_->push_back(torch::nn::BatchNorm2d(w));
+        features_->push_back(torch::nn::ReLU(torch::nn::ReLUOptions(true)));
+        in = w;
+      }
+    }
+    register_module("features", features_);
+    dropout_ = register_module("dropout", torch::nn::Dropout(spec.dropout));
+    fc_ = register_module("fc", torch::nn::Linear(in, spec.num_classes));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = features_->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc_->forward(dropout_->forward(x));
+  }
+
+ private:
+  torch::nn::Sequential features_;
+  torch::nn::Dropout dropout_{nullptr};
+  torch::nn::Linear fc_{nullptr};
+};
+
+}  // namespace
+
+std::shared_ptr<Classifier> make_tiny_cnn(const ModelSpec& spec) { return std::make_shared<TinyCnn>(spec); }
+
+}  // namespace ranzcr
