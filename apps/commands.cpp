@@ -1,14 +1,17 @@
 #include "apps/commands.h"
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <numeric>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 #include "data/dataset_index.h"
 #include "data/split.h"
@@ -27,16 +30,29 @@ namespace fs = std::filesystem;
 namespace ranzcr {
 namespace {
 
-int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+int hardware_threads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 void apply_threads(const Config& config) {
   if (config.train.num_threads > 0) torch::set_num_threads(config.train.num_threads);
 }
 
-torch::Device pick_device() { return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::kCPU; }
+torch::Device pick_device() {
+  return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
+}
 
+// In a terminal: one line updated in place; in a log: a line per quarter.
 void print_progress(int64_t done, int64_t total) {
-  std::cout << "\rsynth: " << done << "/" << total << " images" << (done == total ? "\n" : "") << std::flush;
+  static const bool tty = ::isatty(STDOUT_FILENO);
+  static int64_t last_quarter = -1;
+  if (tty) {
+    std::cout << "\rsynth: " << done << "/" << total << " images" << (done == total ? "\n" : "")
+              << std::flush;
+  } else if (done * 4 / std::max<int64_t>(total, 1) != last_quarter) {
+    last_quarter = done * 4 / std::max<int64_t>(total, 1);
+    std::cout << "synth: " << done << "/" << total << " images" << std::endl;
+  }
 }
 
 // Makes sure data.root holds a data set: generates the synthetic one when the config asks for it,
@@ -48,12 +64,14 @@ void ensure_dataset(const Config& config, RunLog& log) {
     throw std::runtime_error(
         "data set not found: " + (root / config.data.train_csv).string() +
         " (data.root). Put the Kaggle RANZCR CLiP data there (train.csv and train/), or generate a synthetic "
-        "stand-in with: ./ranzcr synth --out " + root.string());
+        "stand-in with: ./ranzcr synth --out " +
+        root.string());
   }
-  if (fs::exists(root)) throw std::runtime_error(root.string() + " exists but has no " + config.data.train_csv);
-  log.info("generating the synthetic data set in " + root.string() + " (" + std::to_string(config.synth.num_images) +
-           " images, " + std::to_string(config.synth.image_size) + " px, seed " + std::to_string(config.synth.seed) +
-           "); done once");
+  if (fs::exists(root))
+    throw std::runtime_error(root.string() + " exists but has no " + config.data.train_csv);
+  log.info("generating the synthetic data set in " + root.string() + " (" +
+           std::to_string(config.synth.num_images) + " images, " + std::to_string(config.synth.image_size) +
+           " px, seed " + std::to_string(config.synth.seed) + "); done once");
   generate_synthetic(root.string(), config.synth, hardware_threads(), print_progress);
 }
 
@@ -90,7 +108,9 @@ InferenceOptions inference_options(const Config& config, bool tta, torch::Device
   return io;
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
+void write_text_atomic(const std::string& path, const std::string& text) {
+  write_file_atomic(path, text);
+}
 
 }  // namespace
 
@@ -102,7 +122,8 @@ int run_train(const TrainArgs& args) {
   const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 1;
   const int workers = nproc == "auto" ? gpus : std::stoi(nproc);
   if (workers != 1)
-    throw std::runtime_error("distributed.nproc_per_node=" + nproc + ": multi-process training is not implemented "
+    throw std::runtime_error("distributed.nproc_per_node=" + nproc +
+                             ": multi-process training is not implemented "
                              "in this build yet; use 1");
   apply_threads(config);
   RunLog log(true);
@@ -113,7 +134,8 @@ int run_train(const TrainArgs& args) {
   options.device = pick_device();
   if (!args.resume.empty()) read_checkpoint_meta(args.resume);  // fail early on a bad file
   const TrainSummary summary = train(config, *collectives, log, options);
-  log.info("done: best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " + config.output.dir);
+  log.info("done: best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " +
+           config.output.dir);
   return 0;
 }
 
@@ -129,7 +151,8 @@ int run_evaluate(const EvalArgs& args) {
   std::vector<int64_t> rows;
   std::string source;
   if (!args.csv.empty()) {
-    if (args.images.empty()) throw std::runtime_error("--csv needs --images (the folder of the CSV's images)");
+    if (args.images.empty())
+      throw std::runtime_error("--csv needs --images (the folder of the CSV's images)");
     index = load_index(args.csv, args.images, io);
     rows.resize(index.size());
     std::iota(rows.begin(), rows.end(), 0);
@@ -146,7 +169,8 @@ int run_evaluate(const EvalArgs& args) {
   }
   auto model = load_model(args, config, meta, device);
   auto collectives = make_local_collectives();
-  const InferenceResult r = run_inference(*model, index, rows, inference_options(config, args.tta, device), *collectives);
+  const InferenceResult r =
+      run_inference(*model, index, rows, inference_options(config, args.tta, device), *collectives);
   const double loss = torch::binary_cross_entropy_with_logits(r.logits, r.labels).item<double>();
   const AucReport auc = multilabel_auc(r.logits, r.labels, meta.label_names);
 
@@ -203,7 +227,8 @@ int run_predict(const EvalArgs& args) {
   auto model = load_model(args, config, meta, device);
   auto collectives = make_local_collectives();
   log.info("predict: " + std::to_string(index.size()) + " images from " + args.images);
-  const InferenceResult r = run_inference(*model, index, rows, inference_options(config, args.tta, device), *collectives);
+  const InferenceResult r =
+      run_inference(*model, index, rows, inference_options(config, args.tta, device), *collectives);
   const torch::Tensor probs = torch::sigmoid(r.logits).contiguous();
   std::ostringstream csv;
   csv << config.data.id_column;
@@ -217,7 +242,8 @@ int run_predict(const EvalArgs& args) {
     csv << "\n";
   }
   write_text_atomic(args.out, csv.str());
-  if (r.skipped > 0) log.warn(std::to_string(r.skipped) + " unreadable images skipped (no row written for them)");
+  if (r.skipped > 0)
+    log.warn(std::to_string(r.skipped) + " unreadable images skipped (no row written for them)");
   log.info("wrote " + args.out + " (" + std::to_string(probs.size(0)) + " rows)");
   return 0;
 }
@@ -230,8 +256,9 @@ int run_synth(const SynthArgs& args) {
   config.seed = args.seed;
   const int threads = args.threads > 0 ? args.threads : hardware_threads();
   generate_synthetic(args.out, config, threads, print_progress);
-  std::cout << "wrote " << args.out << ": train.csv, train/ (" << args.num_images << "), train_annotations.csv, test/ ("
-            << args.num_test_images << "), sample_submission.csv, test_labels.csv\n";
+  std::cout << "wrote " << args.out << ": train.csv, train/ (" << args.num_images
+            << "), train_annotations.csv, test/ (" << args.num_test_images
+            << "), sample_submission.csv, test_labels.csv\n";
   return 0;
 }
 

@@ -11,7 +11,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> sets;  // --set key=value
   std::string resume;
-  std::string nproc_per_node;     // --nproc-per-node ("" = from the config)
+  std::string nproc_per_node;  // --nproc-per-node ("" = from the config)
 };
 
 struct EvalArgs {

@@ -1,6 +1,6 @@
 // ranzcr: train, evaluate and predict chest X-ray tube/line classifiers (RANZCR CLiP shape).
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <CLI/CLI.hpp>
 
 #include <iostream>
 
@@ -8,7 +8,9 @@
 
 namespace {
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
 
 }  // namespace
 

@@ -6,7 +6,11 @@ namespace ranzcr {
 
 BatchLoader::BatchLoader(const DatasetIndex& index, std::vector<int64_t> rows, ImageTransform transform,
                          int64_t epoch, LoaderOptions options)
-    : index_(index), rows_(std::move(rows)), transform_(std::move(transform)), epoch_(epoch), options_(options) {
+    : index_(index),
+      rows_(std::move(rows)),
+      transform_(std::move(transform)),
+      epoch_(epoch),
+      options_(options) {
   const int64_t n = static_cast<int64_t>(rows_.size()), bs = options_.batch_size;
   num_batches_ = options_.drop_last ? n / bs : (n + bs - 1) / bs;
   for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { work(); });
@@ -63,7 +67,8 @@ Batch BatchLoader::make_batch(int64_t b) const {
       kept.push_back(row);
     } catch (const std::runtime_error& e) {
       if (!options_.skip_bad_images)
-        throw std::runtime_error(std::string(e.what()) + " (set data.skip_bad_images=true to skip such files)");
+        throw std::runtime_error(std::string(e.what()) +
+                                 " (set data.skip_bad_images=true to skip such files)");
       ++batch.skipped;
     }
   }
@@ -78,7 +83,8 @@ Batch BatchLoader::make_batch(int64_t b) const {
     for (int y = 0; y < s; ++y) std::memcpy(img_ptr + (i * s + y) * s, m.ptr<float>(y), s * sizeof(float));
     batch.indices.data_ptr<int64_t>()[i] = kept[i];
     if (labeled)
-      std::memcpy(batch.labels.data_ptr<float>() + i * c, index_.labels.data() + kept[i] * c, c * sizeof(float));
+      std::memcpy(batch.labels.data_ptr<float>() + i * c, index_.labels.data() + kept[i] * c,
+                  c * sizeof(float));
   }
   return batch;
 }

@@ -8,30 +8,30 @@
 namespace ranzcr {
 
 struct AugmentConfig {
-  bool hflip = true;          // random horizontal flip, p = 0.5
-  double rotate_deg = 8.0;    // uniform rotation in [-rotate_deg, rotate_deg]
-  double shift = 0.05;        // translation, fraction of the image side
-  double scale = 0.08;        // zoom in [1 - scale, 1 + scale]
-  double brightness = 0.15;   // additive brightness, fraction of full range
-  double contrast = 0.15;     // multiplicative contrast in [1 - c, 1 + c]
-  bool clahe = false;         // contrast-limited adaptive histogram equalisation (train and eval)
+  bool hflip = true;         // random horizontal flip, p = 0.5
+  double rotate_deg = 8.0;   // uniform rotation in [-rotate_deg, rotate_deg]
+  double shift = 0.05;       // translation, fraction of the image side
+  double scale = 0.08;       // zoom in [1 - scale, 1 + scale]
+  double brightness = 0.15;  // additive brightness, fraction of full range
+  double contrast = 0.15;    // multiplicative contrast in [1 - c, 1 + c]
+  bool clahe = false;        // contrast-limited adaptive histogram equalisation (train and eval)
 };
 
 struct DataConfig {
-  std::string root = "datasets/synthetic";          // data set folder (Kaggle layout)
-  std::string train_csv = "train.csv";              // labels CSV, relative to root
-  std::string image_dir = "train";                  // image folder, relative to root
-  std::string image_ext = ".jpg";                   // image file = image_dir/<id><image_ext>
-  std::string id_column = "StudyInstanceUID";       // image id column
-  std::string group_column = "PatientID";           // grouping column for the split ("" = no groups)
-  std::vector<std::string> label_columns;           // empty = every column but id and group
-  int image_size = 256;                             // network input side (square), pixels
-  double val_fraction = 0.2;                        // validation share of groups (when folds == 0)
-  int folds = 0;                                    // k for GroupKFold (0 = use val_fraction)
-  int fold = 0;                                     // validation fold index when folds > 0
-  int num_workers = 2;                              // loader threads (decode + augment)
-  int prefetch_batches = 4;                         // bounded prefetch queue depth
-  bool skip_bad_images = false;                     // count and skip unreadable images instead of failing
+  std::string root = "datasets/synthetic";     // data set folder (Kaggle layout)
+  std::string train_csv = "train.csv";         // labels CSV, relative to root
+  std::string image_dir = "train";             // image folder, relative to root
+  std::string image_ext = ".jpg";              // image file = image_dir/<id><image_ext>
+  std::string id_column = "StudyInstanceUID";  // image id column
+  std::string group_column = "PatientID";      // grouping column for the split ("" = no groups)
+  std::vector<std::string> label_columns;      // empty = every column but id and group
+  int image_size = 256;                        // network input side (square), pixels
+  double val_fraction = 0.2;                   // validation share of groups (when folds == 0)
+  int folds = 0;                               // k for GroupKFold (0 = use val_fraction)
+  int fold = 0;                                // validation fold index when folds > 0
+  int num_workers = 2;                         // loader threads (decode + augment)
+  int prefetch_batches = 4;                    // bounded prefetch queue depth
+  bool skip_bad_images = false;                // count and skip unreadable images instead of failing
   AugmentConfig augment;
 };
 

@@ -47,7 +47,8 @@ DatasetIndex DatasetIndex::subset(const std::vector<int64_t>& rows) const {
     out.ids.push_back(ids[r]);
     out.groups.push_back(groups[r]);
     out.image_paths.push_back(image_paths[r]);
-    if (!labels.empty()) out.labels.insert(out.labels.end(), labels.begin() + r * c, labels.begin() + (r + 1) * c);
+    if (!labels.empty())
+      out.labels.insert(out.labels.end(), labels.begin() + r * c, labels.begin() + (r + 1) * c);
   }
   return out;
 }
@@ -61,7 +62,8 @@ IndexOptions index_options(const DataConfig& data) {
   return o;
 }
 
-DatasetIndex load_index(const std::string& csv_path, const std::string& image_dir, const IndexOptions& options) {
+DatasetIndex load_index(const std::string& csv_path, const std::string& image_dir,
+                        const IndexOptions& options) {
   const CsvTable table = read_csv(csv_path);
   const int id_col = table.column(options.id_column);
   int group_col = options.group_column.empty() ? -1 : table.column(options.group_column);
@@ -112,7 +114,8 @@ DatasetIndex load_index(const std::string& csv_path, const std::string& image_di
       }
     }
     const std::string path = (fs::path(image_dir) / (id + options.image_ext)).string();
-    if (options.check_images_exist && !id.empty() && !fs::exists(path)) missing_images.add(id + options.image_ext);
+    if (options.check_images_exist && !id.empty() && !fs::exists(path))
+      missing_images.add(id + options.image_ext);
     index.ids.push_back(id);
     index.groups.push_back(group_col >= 0 ? row[group_col] : std::string());
     index.image_paths.push_back(path);

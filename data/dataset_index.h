@@ -32,7 +32,8 @@ struct IndexOptions {
 
 /// Reads and validates `csv_path`; images are looked up in `image_dir`. One error lists the first few
 /// offenders of a kind: missing columns, labels other than 0/1, duplicate or empty ids, missing images.
-DatasetIndex load_index(const std::string& csv_path, const std::string& image_dir, const IndexOptions& options);
+DatasetIndex load_index(const std::string& csv_path, const std::string& image_dir,
+                        const IndexOptions& options);
 
 /// Every file in `image_dir` ending in `image_ext`, sorted by name; ids are the names without extension.
 DatasetIndex index_from_folder(const std::string& image_dir, const std::string& image_ext);

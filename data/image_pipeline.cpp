@@ -18,7 +18,9 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-bool is_jpeg(const std::vector<uchar>& buf) { return buf.size() > 4 && buf[0] == 0xFF && buf[1] == 0xD8; }
+bool is_jpeg(const std::vector<uchar>& buf) {
+  return buf.size() > 4 && buf[0] == 0xFF && buf[1] == 0xD8;
+}
 
 // Width and height from a JPEG's SOFn marker, or false when the header is not understood.
 bool jpeg_size(const std::vector<uchar>& b, int* width, int* height) {
@@ -66,9 +68,12 @@ cv::Mat decode_grayscale(const std::string& path, int target_size) {
     if (!jpeg_size(buf, &w, &h) || !jpeg_complete(buf))
       throw std::runtime_error("corrupt or truncated JPEG " + path);
     const int side = std::min(w, h);
-    if (side >= 8 * target_size) flags = cv::IMREAD_REDUCED_GRAYSCALE_8;
-    else if (side >= 4 * target_size) flags = cv::IMREAD_REDUCED_GRAYSCALE_4;
-    else if (side >= 2 * target_size) flags = cv::IMREAD_REDUCED_GRAYSCALE_2;
+    if (side >= 8 * target_size)
+      flags = cv::IMREAD_REDUCED_GRAYSCALE_8;
+    else if (side >= 4 * target_size)
+      flags = cv::IMREAD_REDUCED_GRAYSCALE_4;
+    else if (side >= 2 * target_size)
+      flags = cv::IMREAD_REDUCED_GRAYSCALE_2;
   }
   cv::Mat img = cv::imdecode(buf, flags);
   if (img.empty()) throw std::runtime_error("cannot decode image " + path + " (corrupt or not an image)");

@@ -7,7 +7,8 @@
 
 namespace ranzcr {
 
-DistributedSampler::DistributedSampler(int64_t size, SamplerOptions options) : size_(size), options_(options) {
+DistributedSampler::DistributedSampler(int64_t size, SamplerOptions options)
+    : size_(size), options_(options) {
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
     throw std::invalid_argument("DistributedSampler: need 0 <= rank < world_size");
   if (size_ < 0) throw std::invalid_argument("DistributedSampler: negative size");

@@ -60,9 +60,11 @@ Split group_split(const std::vector<std::string>& groups, double val_fraction, u
 Split group_kfold(const std::vector<std::string>& groups, int folds, int fold, uint64_t seed) {
   int64_t g = 0;
   const auto gid = group_ids(groups, &g);
-  if (folds < 2 || fold < 0 || fold >= folds) throw std::runtime_error("group_kfold: need folds >= 2, 0 <= fold < folds");
+  if (folds < 2 || fold < 0 || fold >= folds)
+    throw std::runtime_error("group_kfold: need folds >= 2, 0 <= fold < folds");
   if (g < folds)
-    throw std::runtime_error("cannot make " + std::to_string(folds) + " folds from " + std::to_string(g) + " groups");
+    throw std::runtime_error("cannot make " + std::to_string(folds) + " folds from " + std::to_string(g) +
+                             " groups");
   std::vector<int64_t> size(g, 0);
   for (int64_t id : gid) ++size[id];
   auto order = shuffled(g, seed);

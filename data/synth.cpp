@@ -3,6 +3,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include <unistd.h>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -12,7 +13,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-#include <unistd.h>
 
 #include "data/csv.h"
 #include "data/image_pipeline.h"
@@ -23,9 +23,17 @@ namespace ranzcr {
 namespace {
 
 enum Label {
-  kEttAbnormal, kEttBorderline, kEttNormal,
-  kNgtAbnormal, kNgtBorderline, kNgtIncomplete, kNgtNormal,
-  kCvcAbnormal, kCvcBorderline, kCvcNormal, kSwanGanz,
+  kEttAbnormal,
+  kEttBorderline,
+  kEttNormal,
+  kNgtAbnormal,
+  kNgtBorderline,
+  kNgtIncomplete,
+  kNgtNormal,
+  kCvcAbnormal,
+  kCvcBorderline,
+  kCvcNormal,
+  kSwanGanz,
 };
 
 using Pt = cv::Point2d;  // normalised image coordinates: x right, y down, [0, 1]
@@ -80,7 +88,8 @@ std::vector<Pt> smooth_path(const std::vector<Pt>& knots, std::mt19937_64& rng, 
 std::vector<cv::Point> to_pixels(const std::vector<Pt>& path, int size, int shift = 0) {
   std::vector<cv::Point> px;
   const double scale = size * static_cast<double>(1 << shift);
-  for (const auto& p : path) px.emplace_back(cv::saturate_cast<int>(p.x * scale), cv::saturate_cast<int>(p.y * scale));
+  for (const auto& p : path)
+    px.emplace_back(cv::saturate_cast<int>(p.x * scale), cv::saturate_cast<int>(p.y * scale));
   return px;
 }
 
@@ -112,10 +121,10 @@ class Renderer {
 
   void anatomy() {
     const double cx = a_.cx, mid_y = 0.5 * (a_.clavicle_y + a_.diaphragm_y);
-    fill_ellipse({cx, 0.58}, {a_.body_w, 0.62}, 0.50);                          // soft tissue
-    for (int side : {-1, 1})                                                     // lung fields
+    fill_ellipse({cx, 0.58}, {a_.body_w, 0.62}, 0.50);  // soft tissue
+    for (int side : {-1, 1})                            // lung fields
       fill_ellipse({cx + side * (a_.lung_w + 0.03), mid_y}, {a_.lung_w, a_.lung_h}, 0.20);
-    fill_rect({cx - 0.05, 0.0}, {cx + 0.05, a_.diaphragm_y}, 0.52);             // mediastinum
+    fill_rect({cx - 0.05, 0.0}, {cx + 0.05, a_.diaphragm_y}, 0.52);               // mediastinum
     fill_ellipse({cx + a_.heart_dx, a_.diaphragm_y - 0.09}, {0.14, 0.10}, 0.56);  // heart
     fill_rect({cx - 0.022, 0.0}, {cx + 0.022, 1.0}, 0.66);                        // spine
     for (double y = 0.02; y < 1.0; y += 0.034) fill_rect({cx - 0.022, y}, {cx + 0.022, y + 0.006}, 0.55);
@@ -129,8 +138,8 @@ class Renderer {
         cv::ellipse(ribs, c, axes, side < 0 ? 180.0 : 0.0, side < 0 ? 0 : -90, side < 0 ? 90 : 0, 0.11, thick,
                     cv::LINE_AA);
       }
-      cv::line(ribs, px({cx + side * 0.03, a_.clavicle_y}), px({cx + side * 0.27, a_.clavicle_y - 0.035}), 0.16,
-               std::max(1, static_cast<int>(0.016 * s_)), cv::LINE_AA);  // clavicle
+      cv::line(ribs, px({cx + side * 0.03, a_.clavicle_y}), px({cx + side * 0.27, a_.clavicle_y - 0.035}),
+               0.16, std::max(1, static_cast<int>(0.016 * s_)), cv::LINE_AA);  // clavicle
     }
     img_ += ribs;
     cv::GaussianBlur(img_, img_, cv::Size(0, 0), 0.006 * s_ + 0.5);
@@ -162,8 +171,8 @@ class Renderer {
  private:
   cv::Point px(Pt p) const { return cv::Point(static_cast<int>(p.x * s_), static_cast<int>(p.y * s_)); }
   void fill_ellipse(Pt c, Pt axes, double value) {
-    cv::ellipse(img_, px(c), cv::Size(static_cast<int>(axes.x * s_), static_cast<int>(axes.y * s_)), 0, 0, 360,
-                value, cv::FILLED, cv::LINE_AA);
+    cv::ellipse(img_, px(c), cv::Size(static_cast<int>(axes.x * s_), static_cast<int>(axes.y * s_)), 0, 0,
+                360, value, cv::FILLED, cv::LINE_AA);
   }
   void fill_rect(Pt a, Pt b, double value) { cv::rectangle(img_, px(a), px(b), value, cv::FILLED); }
 
@@ -176,10 +185,17 @@ class Renderer {
 }  // namespace
 
 const std::vector<std::string>& ranzcr_label_names() {
-  static const std::vector<std::string> names = {
-      "ETT - Abnormal", "ETT - Borderline", "ETT - Normal",  "NGT - Abnormal",
-      "NGT - Borderline", "NGT - Incompletely Imaged", "NGT - Normal", "CVC - Abnormal",
-      "CVC - Borderline", "CVC - Normal", "Swan Ganz Catheter Present"};
+  static const std::vector<std::string> names = {"ETT - Abnormal",
+                                                 "ETT - Borderline",
+                                                 "ETT - Normal",
+                                                 "NGT - Abnormal",
+                                                 "NGT - Borderline",
+                                                 "NGT - Incompletely Imaged",
+                                                 "NGT - Normal",
+                                                 "CVC - Abnormal",
+                                                 "CVC - Borderline",
+                                                 "CVC - Normal",
+                                                 "Swan Ganz Catheter Present"};
   return names;
 }
 
@@ -187,7 +203,7 @@ SynthStudy render_study(uint64_t seed, int64_t index, int64_t patient, int image
   const Anatomy base = make_anatomy(seed, patient);
   std::mt19937_64 rng(mix_seed(seed, test_split ? 2 : 1, static_cast<uint64_t>(index)));
   cv::theRNG().state = rng();  // cv::randn below draws from the thread's cv::RNG
-  Anatomy a = base;  // the same patient, positioned a little differently
+  Anatomy a = base;            // the same patient, positioned a little differently
   std::normal_distribution<double> pos(0.0, 0.008);
   a.cx += pos(rng);
   const double dy = pos(rng);
@@ -210,12 +226,16 @@ SynthStudy render_study(uint64_t seed, int64_t index, int64_t patient, int image
     const double x0 = cx + r.u(-0.01, 0.01);
     std::vector<Pt> path;
     if (status == 0 && r.u(0, 1) < 0.5) {  // too deep: into the right main bronchus
-      path = smooth_path({{x0, -0.02}, {cx, car - 0.02}, {cx - r.u(0.04, 0.07), car + r.u(0.03, 0.06)}}, rng, 0.003);
+      path = smooth_path({{x0, -0.02}, {cx, car - 0.02}, {cx - r.u(0.04, 0.07), car + r.u(0.03, 0.06)}}, rng,
+                         0.003);
     } else {
       double d;  // tip height above the carina
-      if (status == 0) d = r.u(0.19, 0.26);
-      else if (status == 1) d = r.u(0, 1) < 0.5 ? r.u(0.015, 0.04) : r.u(0.125, 0.16);
-      else d = r.u(0.05, 0.12);
+      if (status == 0)
+        d = r.u(0.19, 0.26);
+      else if (status == 1)
+        d = r.u(0, 1) < 0.5 ? r.u(0.015, 0.04) : r.u(0.125, 0.16);
+      else
+        d = r.u(0.05, 0.12);
       path = smooth_path({{x0, -0.02}, {cx + r.u(-0.008, 0.008), car - d}}, rng, 0.004);
     }
     add(kEttAbnormal + (status == 0 ? 0 : status == 1 ? 1 : 2), path, 0.014, 200);
@@ -253,14 +273,18 @@ SynthStudy render_study(uint64_t seed, int64_t index, int64_t patient, int image
   // Central venous catheters (0, 1 or 2): entry site, course and tip position decide each one's label.
   const int num_cvc = pick(rng, {0.06, 0.64, 0.30});
   for (int k = 0; k < num_cvc; ++k) {
-    const int status = pick(rng, {0.085, 0.24, 0.675});  // abnormal, borderline, normal
+    const int status = pick(rng, {0.085, 0.24, 0.675});    // abnormal, borderline, normal
     const int entry = pick(rng, {0.5, 0.15, 0.25, 0.10});  // right IJ, left IJ, right/left subclavian
     const double svc_x = cx - r.u(0.035, 0.05);
     std::vector<Pt> knots;
-    if (entry == 0) knots = {{cx - r.u(0.08, 0.12), -0.02}, {cx - 0.06, clav + 0.02}};
-    else if (entry == 1) knots = {{cx + r.u(0.08, 0.12), -0.02}, {cx + 0.05, clav + 0.03}, {cx - 0.02, clav + 0.06}};
-    else if (entry == 2) knots = {{cx - r.u(0.3, 0.38), clav + 0.02}, {cx - 0.1, clav + 0.04}};
-    else knots = {{cx + r.u(0.3, 0.38), clav + 0.03}, {cx + 0.05, clav + 0.05}, {cx - 0.02, clav + 0.07}};
+    if (entry == 0)
+      knots = {{cx - r.u(0.08, 0.12), -0.02}, {cx - 0.06, clav + 0.02}};
+    else if (entry == 1)
+      knots = {{cx + r.u(0.08, 0.12), -0.02}, {cx + 0.05, clav + 0.03}, {cx - 0.02, clav + 0.06}};
+    else if (entry == 2)
+      knots = {{cx - r.u(0.3, 0.38), clav + 0.02}, {cx - 0.1, clav + 0.04}};
+    else
+      knots = {{cx + r.u(0.3, 0.38), clav + 0.03}, {cx + 0.05, clav + 0.05}, {cx - 0.02, clav + 0.07}};
     int label = kCvcNormal;
     if (status == 0) {
       label = kCvcAbnormal;
@@ -292,9 +316,12 @@ SynthStudy render_study(uint64_t seed, int64_t index, int64_t patient, int image
 
   // Swan-Ganz catheter: through the right heart into the pulmonary artery.
   if (r.u(0, 1) < 0.028) {
-    std::vector<Pt> knots = {{cx - r.u(0.08, 0.12), -0.02},      {cx - 0.05, clav + 0.03},
-                             {cx - 0.045, car + 0.05},           {cx - 0.02, car + r.u(0.16, 0.2)},
-                             {cx + 0.06, car + r.u(0.2, 0.24)},  {cx + r.u(0.06, 0.08), car + 0.03},
+    std::vector<Pt> knots = {{cx - r.u(0.08, 0.12), -0.02},
+                             {cx - 0.05, clav + 0.03},
+                             {cx - 0.045, car + 0.05},
+                             {cx - 0.02, car + r.u(0.16, 0.2)},
+                             {cx + 0.06, car + r.u(0.2, 0.24)},
+                             {cx + r.u(0.06, 0.08), car + 0.03},
                              {cx + r.u(0.1, 0.14), car + r.u(-0.01, 0.03)}};
     add(kSwanGanz, smooth_path(knots, rng, 0.008), 0.008, 230);
   }
@@ -354,7 +381,8 @@ void generate_synthetic(const std::string& out_dir, const SynthConfig& config, i
         for (const auto& an : st.annotations) {
           std::string pts = "[";
           for (size_t k = 0; k < an.polyline.size(); ++k)
-            pts += (k ? ", [" : "[") + std::to_string(an.polyline[k].x) + ", " + std::to_string(an.polyline[k].y) + "]";
+            pts += (k ? ", [" : "[") + std::to_string(an.polyline[k].x) + ", " +
+                   std::to_string(an.polyline[k].y) + "]";
           ann_rows[i] += st.id + "," + csv_escape(an.label) + "," + csv_escape(pts + "]") + "\n";
         }
       } catch (...) {
@@ -380,8 +408,8 @@ void generate_synthetic(const std::string& out_dir, const SynthConfig& config, i
 
   std::string label_header;
   for (const auto& name : ranzcr_label_names()) label_header += "," + name;
-  std::ofstream train(tmp / "train.csv"), ann(tmp / "train_annotations.csv"), sub(tmp / "sample_submission.csv"),
-      test_labels(tmp / "test_labels.csv");
+  std::ofstream train(tmp / "train.csv"), ann(tmp / "train_annotations.csv"),
+      sub(tmp / "sample_submission.csv"), test_labels(tmp / "test_labels.csv");
   train << "StudyInstanceUID" << label_header << ",PatientID\n";
   ann << "StudyInstanceUID,label,data\n";
   sub << "StudyInstanceUID" << label_header << "\n";

@@ -16,13 +16,13 @@ namespace ranzcr {
 const std::vector<std::string>& ranzcr_label_names();
 
 struct SynthStudy {
-  std::string id;                 // StudyInstanceUID
-  std::string patient;            // PatientID
-  std::vector<int> labels;        // 11 values, 0/1
-  cv::Mat image;                  // CV_8UC1
+  std::string id;           // StudyInstanceUID
+  std::string patient;      // PatientID
+  std::vector<int> labels;  // 11 values, 0/1
+  cv::Mat image;            // CV_8UC1
   struct Annotation {
-    std::string label;                 // one of ranzcr_label_names()
-    std::vector<cv::Point> polyline;   // device centre line, image pixels
+    std::string label;                // one of ranzcr_label_names()
+    std::vector<cv::Point> polyline;  // device centre line, image pixels
   };
   std::vector<Annotation> annotations;
 };

@@ -15,6 +15,8 @@ class LocalCollectives final : public Collectives {
 
 }  // namespace
 
-std::shared_ptr<Collectives> make_local_collectives() { return std::make_shared<LocalCollectives>(); }
+std::shared_ptr<Collectives> make_local_collectives() {
+  return std::make_shared<LocalCollectives>();
+}
 
 }  // namespace ranzcr

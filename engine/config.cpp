@@ -87,8 +87,8 @@ const char* type_name() {
 }
 
 struct Source {
-  std::string origin;                               // file name (or "<text>")
-  std::map<std::string, std::string> overridden;    // key -> the --set argument that set it
+  std::string origin;                             // file name (or "<text>")
+  std::map<std::string, std::string> overridden;  // key -> the --set argument that set it
   std::string where(const std::string& key, const YAML::Node& node) const {
     auto it = overridden.find(key);
     if (it != overridden.end()) return "--set " + it->second;
@@ -185,7 +185,7 @@ Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& o
       }
       field = node.as<T>();
     } catch (const YAML::Exception&) {
-      std::string got = node.IsScalar() ? "'" + node.Scalar() + "'"
+      std::string got = node.IsScalar()     ? "'" + node.Scalar() + "'"
                         : node.IsSequence() ? std::string("a list")
                                             : std::string("a map");
       throw std::runtime_error("config key '" + key + "' at " + src.where(key, node) + ": expected " +
@@ -239,7 +239,8 @@ void validate_config(const Config& c) {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw std::runtime_error("config: " + what);
   };
-  require(c.data.image_size >= 16, "data.image_size must be at least 16, got " + std::to_string(c.data.image_size));
+  require(c.data.image_size >= 16,
+          "data.image_size must be at least 16, got " + std::to_string(c.data.image_size));
   require(c.data.val_fraction > 0.0 && c.data.val_fraction < 1.0,
           "data.val_fraction must be in (0, 1), got " + std::to_string(c.data.val_fraction));
   require(c.data.folds == 0 || c.data.folds >= 2, "data.folds must be 0 (off) or at least 2");
@@ -261,11 +262,12 @@ void validate_config(const Config& c) {
   require(c.train.accum_steps >= 1, "train.accum_steps must be at least 1");
   require(c.train.eval_batch_size >= 1, "train.eval_batch_size must be at least 1");
   require(c.train.num_threads >= 0, "train.num_threads must be >= 0");
-  require(c.distributed.backend == "auto" || c.distributed.backend == "gloo" || c.distributed.backend == "nccl",
-          "distributed.backend must be auto, gloo or nccl, got '" + c.distributed.backend + "'");
+  require(
+      c.distributed.backend == "auto" || c.distributed.backend == "gloo" || c.distributed.backend == "nccl",
+      "distributed.backend must be auto, gloo or nccl, got '" + c.distributed.backend + "'");
   const auto& n = c.distributed.nproc_per_node;
-  require(n == "auto" || (!n.empty() && n.size() < 5 && n.find_first_not_of("0123456789") == std::string::npos &&
-                          std::stoi(n) >= 1),
+  require(n == "auto" || (!n.empty() && n.size() < 5 &&
+                          n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) >= 1),
           "distributed.nproc_per_node must be a positive integer or auto, got '" + n + "'");
   require(c.output.keep_every >= 0, "output.keep_every must be >= 0");
   require(!c.output.dir.empty(), "output.dir must not be empty");

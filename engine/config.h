@@ -21,13 +21,13 @@ struct ModelConfig {
 };
 
 struct OptimConfig {
-  std::string name = "adamw";     // adamw | sgd
-  double lr = 1e-3;               // peak learning rate (after warmup)
-  double weight_decay = 1e-4;     // decoupled (adamw) or L2 (sgd)
-  double momentum = 0.9;          // sgd only (Nesterov)
-  double warmup_epochs = 0.5;     // linear warmup length, epochs (fractional allowed)
-  double min_lr_ratio = 0.01;     // cosine floor as a fraction of lr
-  double grad_clip = 0.0;         // max global gradient norm (0 = off)
+  std::string name = "adamw";  // adamw | sgd
+  double lr = 1e-3;            // peak learning rate (after warmup)
+  double weight_decay = 1e-4;  // decoupled (adamw) or L2 (sgd)
+  double momentum = 0.9;       // sgd only (Nesterov)
+  double warmup_epochs = 0.5;  // linear warmup length, epochs (fractional allowed)
+  double min_lr_ratio = 0.01;  // cosine floor as a fraction of lr
+  double grad_clip = 0.0;      // max global gradient norm (0 = off)
 };
 
 struct TrainConfig {

@@ -40,8 +40,10 @@ AucReport multilabel_auc(const torch::Tensor& scores, const torch::Tensor& label
     for (int64_t i = 0; i < n; ++i) col[i] = sa[i][j], lab[i] = la[i][j];
     auto auc = roc_auc(col, lab);
     report.per_class.push_back(auc);
-    if (auc) sum += *auc, ++defined;
-    else report.undefined.push_back(j < static_cast<int64_t>(names.size()) ? names[j] : std::to_string(j));
+    if (auc)
+      sum += *auc, ++defined;
+    else
+      report.undefined.push_back(j < static_cast<int64_t>(names.size()) ? names[j] : std::to_string(j));
   }
   if (defined > 0) report.mean = sum / defined;
   return report;

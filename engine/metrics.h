@@ -14,9 +14,9 @@ namespace ranzcr {
 std::optional<double> roc_auc(const std::vector<double>& scores, const std::vector<float>& labels);
 
 struct AucReport {
-  std::vector<std::optional<double>> per_class;  // nullopt = undefined (one class only)
+  std::vector<std::optional<double>> per_class;            // nullopt = undefined (one class only)
   double mean = std::numeric_limits<double>::quiet_NaN();  // mean over defined columns (NaN if none)
-  std::vector<std::string> undefined;            // names of the undefined columns
+  std::vector<std::string> undefined;                      // names of the undefined columns
 };
 
 /// Per-column AUC of `scores` [N, C] (any monotone score: logits or probabilities) against `labels` [N, C].

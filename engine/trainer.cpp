@@ -24,7 +24,9 @@ using Clock = std::chrono::steady_clock;
 namespace ranzcr {
 namespace {
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string fmt(double v, int precision = 4) {
   std::ostringstream ss;
@@ -42,7 +44,8 @@ std::string fmt_duration(double s) {
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model) {
   if (o.name == "sgd")
     return std::make_unique<torch::optim::SGD>(
-        model.parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay));
+        model.parameters(),
+        torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay));
   return std::make_unique<torch::optim::AdamW>(model.parameters(),
                                                torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
 }
@@ -75,7 +78,8 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
   const bool main = collectives.is_main();
   const auto& dc = config.data;
   const fs::path root(dc.root);
-  DatasetIndex index = load_index((root / dc.train_csv).string(), (root / dc.image_dir).string(), index_options(dc));
+  DatasetIndex index =
+      load_index((root / dc.train_csv).string(), (root / dc.image_dir).string(), index_options(dc));
   config.data.label_columns = index.label_names;  // resolved: written to config.yaml and the checkpoint
   const Split split = dc.folds > 0 ? group_kfold(index.groups, dc.folds, dc.fold, config.seed)
                                    : group_split(index.groups, dc.val_fraction, config.seed);
@@ -88,9 +92,10 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     write_file_atomic((out_dir / "config.yaml").string(), config_yaml);
     log.open_file((out_dir / "log.txt").string());
   }
-  log.info("data: " + std::to_string(index.size()) + " images, " + std::to_string(num_classes) + " labels; train " +
-           std::to_string(split.train.size()) + ", validation " + std::to_string(split.val.size()) +
-           " (grouped by " + (dc.group_column.empty() ? std::string("row") : dc.group_column) + ")");
+  log.info("data: " + std::to_string(index.size()) + " images, " + std::to_string(num_classes) +
+           " labels; train " + std::to_string(split.train.size()) + ", validation " +
+           std::to_string(split.val.size()) + " (grouped by " +
+           (dc.group_column.empty() ? std::string("row") : dc.group_column) + ")");
 
   torch::manual_seed(config.seed);
   ModelSpec spec;
@@ -110,10 +115,11 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
   if (!options.resume_path.empty()) {
     const CheckpointMeta saved = read_checkpoint_meta(options.resume_path);
     if (saved.model_name != config.model.name)
-      throw std::runtime_error("--resume " + options.resume_path + ": checkpoint holds model '" + saved.model_name +
-                               "' but the config says '" + config.model.name + "'");
+      throw std::runtime_error("--resume " + options.resume_path + ": checkpoint holds model '" +
+                               saved.model_name + "' but the config says '" + config.model.name + "'");
     if (saved.label_names != index.label_names)
-      throw std::runtime_error("--resume " + options.resume_path + ": the checkpoint's label columns differ from the data's");
+      throw std::runtime_error("--resume " + options.resume_path +
+                               ": the checkpoint's label columns differ from the data's");
     const CheckpointMeta loaded = load_checkpoint(options.resume_path, *model, optimizer.get());
     meta.epoch = loaded.epoch;
     meta.step = loaded.step;
@@ -144,11 +150,13 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
   to.seed = static_cast<uint64_t>(config.seed);
 
   const int64_t per_rank = sampler.num_samples();
-  const int64_t batches = lo.drop_last ? per_rank / lo.batch_size : (per_rank + lo.batch_size - 1) / lo.batch_size;
+  const int64_t batches =
+      lo.drop_last ? per_rank / lo.batch_size : (per_rank + lo.batch_size - 1) / lo.batch_size;
   const int accum = config.train.accum_steps;
   const int64_t steps_per_epoch = (batches + accum - 1) / accum;
   const int64_t total_steps = steps_per_epoch * config.train.epochs;
-  const int64_t warmup_steps = static_cast<int64_t>(std::llround(config.optim.warmup_epochs * steps_per_epoch));
+  const int64_t warmup_steps =
+      static_cast<int64_t>(std::llround(config.optim.warmup_epochs * steps_per_epoch));
 
   InferenceOptions io;
   io.image_size = dc.image_size;
@@ -188,7 +196,8 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
       }
       ++batch_i;
       if (batch_i % accum == 0 || batch_i == loader.num_batches()) {
-        if (config.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), config.optim.grad_clip);
+        if (config.optim.grad_clip > 0)
+          torch::nn::utils::clip_grad_norm_(model->parameters(), config.optim.grad_clip);
         lr = scheduled_lr(meta.step, total_steps, warmup_steps, config.optim.lr, config.optim.min_lr_ratio);
         for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
         optimizer->step();
@@ -235,7 +244,8 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
       j["val_auc_mean"] = std::isnan(auc.mean) ? nlohmann::json() : nlohmann::json(auc.mean);
       nlohmann::json per_class = nlohmann::json::object();
       for (size_t k = 0; k < auc.per_class.size(); ++k)
-        per_class[index.label_names[k]] = auc.per_class[k] ? nlohmann::json(*auc.per_class[k]) : nlohmann::json();
+        per_class[index.label_names[k]] =
+            auc.per_class[k] ? nlohmann::json(*auc.per_class[k]) : nlohmann::json();
       j["val_auc"] = per_class;
       j["lr"] = lr;
       j["images_per_sec"] = images_per_sec;
@@ -254,11 +264,13 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
       }
     }
     collectives.barrier();
-    log.info("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.train.epochs) + " train_loss " +
-             fmt(train_loss) + " val_loss " + fmt(val_loss) + " val_auc " + fmt(auc.mean) +
-             (improved ? " (best)" : "") + " " + fmt(images_per_sec, 1) + " img/s " + fmt(epoch_seconds, 1) + " s");
+    log.info("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.train.epochs) +
+             " train_loss " + fmt(train_loss) + " val_loss " + fmt(val_loss) + " val_auc " + fmt(auc.mean) +
+             (improved ? " (best)" : "") + " " + fmt(images_per_sec, 1) + " img/s " + fmt(epoch_seconds, 1) +
+             " s");
     if (stats[2].item<int64_t>() + val.skipped > 0)
-      log.warn(std::to_string(stats[2].item<int64_t>() + val.skipped) + " unreadable images skipped this epoch");
+      log.warn(std::to_string(stats[2].item<int64_t>() + val.skipped) +
+               " unreadable images skipped this epoch");
   }
   return summary;
 }

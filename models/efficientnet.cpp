@@ -22,7 +22,9 @@ class ConvBnAct : public nn::Module {
  public:
   ConvBnAct(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, bool act) : act_(act) {
     conv_ = register_module(
-        "conv", nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding((k - 1) / 2).groups(groups).bias(false)));
+        "conv",
+        nn::Conv2d(
+            nn::Conv2dOptions(in, out, k).stride(stride).padding((k - 1) / 2).groups(groups).bias(false)));
     bn_ = register_module("bn", nn::BatchNorm2d(out));
   }
   torch::Tensor forward(torch::Tensor x) {
@@ -36,7 +38,8 @@ class ConvBnAct : public nn::Module {
   nn::BatchNorm2d bn_{nullptr};
 };
 
-std::shared_ptr<ConvBnAct> conv_bn(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, bool act) {
+std::shared_ptr<ConvBnAct> conv_bn(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups,
+                                   bool act) {
   return std::make_shared<ConvBnAct>(in, out, k, stride, groups, act);
 }
 
@@ -80,8 +83,8 @@ class EfficientNet : public Classifier {
     struct Stage {
       int64_t expand, kernel, stride, in, out, layers;
     };
-    const std::vector<Stage> b0 = {{1, 3, 1, 32, 16, 1},   {6, 3, 2, 16, 24, 2},  {6, 5, 2, 24, 40, 2},
-                                   {6, 3, 2, 40, 80, 3},   {6, 5, 1, 80, 112, 3}, {6, 5, 2, 112, 192, 4},
+    const std::vector<Stage> b0 = {{1, 3, 1, 32, 16, 1},  {6, 3, 2, 16, 24, 2},  {6, 5, 2, 24, 40, 2},
+                                   {6, 3, 2, 40, 80, 3},  {6, 5, 1, 80, 112, 3}, {6, 5, 2, 112, 192, 4},
                                    {6, 3, 1, 192, 320, 1}};
     auto ch = [&](int64_t c) { return make_divisible(c * width); };
     auto reps = [&](int64_t n) { return static_cast<int64_t>(std::ceil(n * depth)); };
@@ -92,7 +95,8 @@ class EfficientNet : public Classifier {
     for (const auto& s : b0) {
       for (int64_t i = 0; i < reps(s.layers); ++i) {
         const double drop = 0.2 * static_cast<double>(block_id++) / static_cast<double>(total);
-        features_->push_back(std::make_shared<MBConv>(in, ch(s.out), s.expand, s.kernel, i == 0 ? s.stride : 1, drop));
+        features_->push_back(
+            std::make_shared<MBConv>(in, ch(s.out), s.expand, s.kernel, i == 0 ? s.stride : 1, drop));
         in = ch(s.out);
       }
     }

@@ -9,8 +9,8 @@ namespace {
 const std::map<std::string, ModelFactory>& registry() {
   static const std::map<std::string, ModelFactory> r = [] {
     std::map<std::string, ModelFactory> m;
-    for (const char* n : {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet18d", "resnet34d",
-                          "resnet50d", "resnet101d", "resnet152d", "resnet200d"})
+    for (const char* n : {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet18d",
+                          "resnet34d", "resnet50d", "resnet101d", "resnet152d", "resnet200d"})
       m[n] = [name = std::string(n)](const ModelSpec& s) { return make_resnet(name, s); };
     for (int b = 0; b <= 7; ++b) {
       const std::string name = "efficientnet_b" + std::to_string(b);

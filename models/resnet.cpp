@@ -17,7 +17,8 @@ nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1) {
 
 class Block : public nn::Module {
  public:
-  Block(int64_t in, int64_t planes, int64_t stride, bool bottleneck, bool avg_down) : bottleneck_(bottleneck) {
+  Block(int64_t in, int64_t planes, int64_t stride, bool bottleneck, bool avg_down)
+      : bottleneck_(bottleneck) {
     const int64_t out = planes * (bottleneck ? 4 : 1);
     if (bottleneck) {
       conv1_ = register_module("conv1", conv(in, planes, 1));
@@ -32,7 +33,8 @@ class Block : public nn::Module {
     bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
     if (stride != 1 || in != out) {
       if (avg_down && stride != 1)
-        downsample_->push_back(nn::AvgPool2d(nn::AvgPool2dOptions(2).stride(stride).ceil_mode(true).count_include_pad(false)));
+        downsample_->push_back(
+            nn::AvgPool2d(nn::AvgPool2dOptions(2).stride(stride).ceil_mode(true).count_include_pad(false)));
       downsample_->push_back(conv(in, out, 1, avg_down ? 1 : stride));
       downsample_->push_back(nn::BatchNorm2d(out));
       register_module("downsample", downsample_);
@@ -76,7 +78,8 @@ class ResNet : public Classifier {
       nn::Sequential stage;
       const int64_t planes = 64 << i;
       for (int64_t b = 0; b < layers[i]; ++b) {
-        stage->push_back(std::make_shared<Block>(in, planes, (b == 0 && i > 0) ? 2 : 1, bottleneck, variant_d));
+        stage->push_back(
+            std::make_shared<Block>(in, planes, (b == 0 && i > 0) ? 2 : 1, bottleneck, variant_d));
         in = planes * (bottleneck ? 4 : 1);
       }
       stages_.push_back(register_module("layer" + std::to_string(i + 1), stage));
@@ -84,7 +87,8 @@ class ResNet : public Classifier {
     dropout_ = register_module("dropout", nn::Dropout(spec.dropout));
     fc_ = register_module("fc", nn::Linear(in, spec.num_classes));
     for (auto& m : modules(/*include_self=*/false)) {
-      if (auto* c = m->as<nn::Conv2d>()) nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+      if (auto* c = m->as<nn::Conv2d>())
+        nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
     }
   }
   torch::Tensor forward(torch::Tensor x) override {
@@ -108,13 +112,26 @@ std::shared_ptr<Classifier> make_resnet(const std::string& name, const ModelSpec
   const int depth = std::stoi(name.substr(6, name.size() - 6 - (d ? 1 : 0)));
   std::vector<int64_t> layers;
   switch (depth) {
-    case 18: layers = {2, 2, 2, 2}; break;
-    case 34: layers = {3, 4, 6, 3}; break;
-    case 50: layers = {3, 4, 6, 3}; break;
-    case 101: layers = {3, 4, 23, 3}; break;
-    case 152: layers = {3, 8, 36, 3}; break;
-    case 200: layers = {3, 24, 36, 3}; break;
-    default: throw std::invalid_argument("no ResNet of depth " + std::to_string(depth));
+    case 18:
+      layers = {2, 2, 2, 2};
+      break;
+    case 34:
+      layers = {3, 4, 6, 3};
+      break;
+    case 50:
+      layers = {3, 4, 6, 3};
+      break;
+    case 101:
+      layers = {3, 4, 23, 3};
+      break;
+    case 152:
+      layers = {3, 8, 36, 3};
+      break;
+    case 200:
+      layers = {3, 24, 36, 3};
+      break;
+    default:
+      throw std::invalid_argument("no ResNet of depth " + std::to_string(depth));
   }
   return std::make_shared<ResNet>(layers, depth >= 50, d, spec);
 }

@@ -13,7 +13,8 @@ class TinyCnn : public Classifier {
     int64_t in = spec.in_channels;
     for (int64_t w : widths) {
       for (int64_t stride : {2, 1}) {
-        features_->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, w, 3).stride(stride).padding(1).bias(false)));
+        features_->push_back(
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(in, w, 3).stride(stride).padding(1).bias(false)));
         features_->push_back(torch::nn::BatchNorm2d(w));
         features_->push_back(torch::nn::ReLU(torch::nn::ReLUOptions(true)));
         in = w;
@@ -37,6 +38,8 @@ class TinyCnn : public Classifier {
 
 }  // namespace
 
-std::shared_ptr<Classifier> make_tiny_cnn(const ModelSpec& spec) { return std::make_shared<TinyCnn>(spec); }
+std::shared_ptr<Classifier> make_tiny_cnn(const ModelSpec& spec) {
+  return std::make_shared<TinyCnn>(spec);
+}
 
 }  // namespace ranzcr

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Idempotent set-up: Debian packages, LibTorch (from the torch wheel in a project-local venv, or from
+# Torch_DIR), then configure and build with Ninja into build/. Safe to run again: it skips what is done.
+#   scripts/setup.sh            # everything
+#   TORCH_PIP_SPEC=torch==2.11.0 scripts/setup.sh   # another torch wheel
+#   Torch_DIR=/opt/libtorch/share/cmake/Torch scripts/setup.sh   # an existing LibTorch
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+say() { echo "setup: $*" >&2; }
+
+# 1. Debian packages.
+PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  say "installing Debian packages:$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# 2. LibTorch: Torch_DIR, else the project venv's torch, else a python3 that already has torch, else
+#    create .venv and pip-install the wheel (which carries LibTorch: headers, libraries, CMake config).
+if [ -z "${Torch_DIR:-}" ]; then
+  torch_prefix() { "$1" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null | tail -n 1; }
+  PREFIX=""
+  [ -x "$ROOT/.venv/bin/python" ] && PREFIX=$(torch_prefix "$ROOT/.venv/bin/python" || true)
+  [ -z "$PREFIX" ] && [ "${RANZCR_USE_SYSTEM_TORCH:-1}" = 1 ] && PREFIX=$(torch_prefix python3 || true)
+  if [ -z "$PREFIX" ]; then
+    SPEC=${TORCH_PIP_SPEC:-torch==2.13.0}
+    say "installing $SPEC into .venv (LibTorch comes with the wheel)"
+    [ -x "$ROOT/.venv/bin/python" ] || python3 -m venv "$ROOT/.venv"
+    "$ROOT/.venv/bin/pip" install -q "$SPEC"
+    PREFIX=$(torch_prefix "$ROOT/.venv/bin/python")
+  fi
+  export Torch_DIR="$PREFIX/Torch"
+fi
+[ -f "$Torch_DIR/TorchConfig.cmake" ] || { echo "error: no TorchConfig.cmake in Torch_DIR=$Torch_DIR" >&2; exit 1; }
+
+# 3. Configure (once) and build.
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  say "configuring $BUILD_DIR (Torch_DIR=$Torch_DIR)"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$Torch_DIR" \
+    ${RANZCR_CMAKE_ARGS:-} >/dev/null
+fi
+say "building (first build takes several minutes on 2 cores)"
+cmake --build "$BUILD_DIR" ${RANZCR_BUILD_TARGET:+--target $RANZCR_BUILD_TARGET}

@@ -1,0 +1,136 @@
+// End-to-end tests of the ranzcr binary: real processes, exit statuses, messages and files.
+#include <nlohmann/json.hpp>
+#include <opencv2/imgcodecs.hpp>
+
+#include "data/csv.h"
+#include "tests/test_util.h"
+
+namespace ranzcr {
+namespace {
+
+using test::run_command;
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    test::make_dataset(*dir_ / "ds", 80, 64, 12);
+    test::write_file(*dir_ / "cfg.yaml",
+                     "data:\n  root: " + *dir_ / "ds" +
+                         "\n  image_size: 48\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 2\n"
+                         "  batch_size: 16\noutput:\n  dir: " +
+                         *dir_ / "run" + "\n");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string bin() { return RANZCR_BINARY; }
+  static std::string cfg() { return *dir_ / "cfg.yaml"; }
+  // Runs the binary and checks it failed with exactly one `error: ` line containing `expected`.
+  static void expect_user_error(const std::string& args, const std::string& expected) {
+    const auto r = run_command(bin() + " " + args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_LT(r.status, 128) << "crashed: " << r.output;
+    size_t count = 0, at = 0;
+    std::string error_line;
+    std::stringstream ss(r.output);
+    for (std::string line; std::getline(ss, line);)
+      if (line.rfind("error: ", 0) == 0) ++count, error_line = line;
+    EXPECT_EQ(count, 1u) << r.output;
+    EXPECT_NE(error_line.find(expected), std::string::npos) << "got: " << r.output;
+    (void)at;
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* CliTest::dir_ = nullptr;
+
+TEST_F(CliTest, TrainEvaluatePredict) {
+  const auto t = run_command(bin() + " train --config " + cfg());
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find("epoch 2/2"), std::string::npos);
+  const std::string run = *dir_ / "run";
+
+  // evaluate best.pt reproduces the best logged validation AUC.
+  double best = -1;
+  std::stringstream ss(test::read_file(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(ss, line);)
+    best = std::max(best, nlohmann::json::parse(line)["val_auc_mean"].get<double>());
+  const auto e = run_command(bin() + " evaluate --config " + cfg() + " --checkpoint " + run +
+                             "/checkpoints/best.pt --out " + run + "/eval.json");
+  ASSERT_EQ(e.status, 0) << e.output;
+  const auto j = nlohmann::json::parse(test::read_file(run + "/eval.json"));
+  EXPECT_NEAR(j["auc_mean"].get<double>(), best, 1e-4);
+  EXPECT_EQ(j["auc"].size(), 11u);
+  EXPECT_TRUE(j.contains("loss"));
+  EXPECT_GT(j["num_images"].get<int>(), 0);
+
+  // evaluate on an explicit CSV (the synthetic test labels), with the checkpoint's own config.
+  const auto e2 =
+      run_command(bin() + " evaluate --checkpoint " + run + "/checkpoints/last.pt --csv " +
+                  *dir_ / "ds/test_labels.csv --images " + *dir_ / "ds/test --out " + run + "/test.json");
+  ASSERT_EQ(e2.status, 0) << e2.output;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(run + "/test.json"))["num_images"].get<int>(), 12);
+
+  // predict writes one row per test image, probabilities in [0, 1].
+  const auto p =
+      run_command(bin() + " predict --config " + cfg() + " --checkpoint " + run +
+                  "/checkpoints/best.pt --images " + *dir_ / "ds/test --tta --out " + run + "/sub.csv");
+  ASSERT_EQ(p.status, 0) << p.output;
+  const CsvTable sub = read_csv(run + "/sub.csv");
+  ASSERT_EQ(sub.rows.size(), 12u);
+  ASSERT_EQ(sub.header.size(), 12u);
+  EXPECT_EQ(sub.header[0], "StudyInstanceUID");
+  EXPECT_EQ(sub.header[1], "ETT - Abnormal");
+  for (const auto& row : sub.rows)
+    for (size_t k = 1; k < row.size(); ++k) {
+      const double v = std::stod(row[k]);
+      EXPECT_GE(v, 0.0);
+      EXPECT_LE(v, 1.0);
+    }
+}
+
+TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
+  const std::string d = dir_->str();
+  expect_user_error("train --config " + d + "/nope.yaml", "config file not found");
+  test::write_file(d + "/unknown.yaml", "train:\n  epochs: 1\n  epohcs: 2\n");
+  expect_user_error("train --config " + d + "/unknown.yaml",
+                    "unknown config key 'train.epohcs' at " + d + "/unknown.yaml:3");
+  test::write_file(d + "/type.yaml", "train:\n  epochs: three\n");
+  expect_user_error("train --config " + d + "/type.yaml",
+                    "'train.epochs' at " + d + "/type.yaml:2: expected an integer");
+  expect_user_error("train --config " + cfg() + " --set data.root=" + d + "/absent", "data set not found");
+  expect_user_error("train --config " + cfg() + " --set model.name=resnet9", "unknown model name 'resnet9'");
+  test::write_file(d + "/junk.pt", "not a checkpoint");
+  expect_user_error("evaluate --config " + cfg() + " --checkpoint " + d + "/junk.pt",
+                    "is not a ranzcr checkpoint");
+  expect_user_error("evaluate --config " + cfg() + " --checkpoint " + d + "/absent.pt",
+                    "checkpoint not found");
+  expect_user_error("train", "--config is required");
+  expect_user_error("bogus", "");
+}
+
+TEST_F(CliTest, MissingCsvImageAndCorruptJpeg) {
+  const std::string d = dir_->str();
+  test::make_dataset(d + "/broken", 20, 64, 0);
+  const std::string base = "train --config " + cfg() + " --set train.epochs=1 --set output.dir=" + d + "/r2";
+  std::filesystem::rename(d + "/broken/train.csv", d + "/broken/labels.csv");
+  expect_user_error(base + " --set data.root=" + d + "/broken", "data set not found");
+  expect_user_error(
+      base + " --set data.root=" + d + "/broken --set data.train_csv=labels.csv --set data.id_column=id",
+      "'id' (data.id_column)");
+  const CsvTable t = read_csv(d + "/broken/labels.csv");
+  const std::string victim = d + "/broken/train/" + t.rows[3][0] + ".jpg";
+  const std::string bytes = test::read_file(victim);
+  std::filesystem::remove(victim);
+  expect_user_error(base + " --set data.root=" + d + "/broken --set data.train_csv=labels.csv",
+                    "1 images missing");
+  test::write_file(victim, bytes.substr(0, bytes.size() / 3));
+  expect_user_error(base + " --set data.root=" + d + "/broken --set data.train_csv=labels.csv",
+                    "corrupt or truncated JPEG " + victim);
+  // ... unless asked to skip such files.
+  const auto ok = run_command(bin() + " " + base + " --set data.root=" + d +
+                              "/broken --set data.train_csv=labels.csv --set data.skip_bad_images=true");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("unreadable images skipped"), std::string::npos) << ok.output;
+}
+
+}  // namespace
+}  // namespace ranzcr

@@ -1,0 +1,82 @@
+#include "data/batch_loader.h"
+
+#include "tests/test_util.h"
+
+namespace ranzcr {
+namespace {
+
+class BatchLoaderTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    test::make_dataset(*dir_ / "ds", 10, 64, 0);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  DatasetIndex index() const {
+    return load_index(*dir_ / "ds/train.csv", *dir_ / "ds/train", IndexOptions{});
+  }
+  static ImageTransform transform() {
+    TransformOptions o;
+    o.image_size = 32;
+    return ImageTransform(o);
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* BatchLoaderTest::dir_ = nullptr;
+
+TEST_F(BatchLoaderTest, YieldsBatchesInOrderWithLabels) {
+  const DatasetIndex idx = index();
+  const std::vector<int64_t> rows = {9, 3, 0, 1, 2, 8, 7, 6, 5, 4};
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 3;
+  o.prefetch_batches = 1;
+  BatchLoader loader(idx, rows, transform(), 0, o);
+  EXPECT_EQ(loader.num_batches(), 3);
+  std::vector<int64_t> got;
+  std::vector<int64_t> sizes;
+  while (auto b = loader.next()) {
+    sizes.push_back(b->images.size(0));
+    EXPECT_EQ(b->images.sizes(), (std::vector<int64_t>{b->images.size(0), 1, 32, 32}));
+    EXPECT_GE(b->images.min().item<float>(), 0.0f);
+    EXPECT_LE(b->images.max().item<float>(), 1.0f);
+    for (int64_t i = 0; i < b->indices.size(0); ++i) {
+      const int64_t row = b->indices[i].item<int64_t>();
+      got.push_back(row);
+      for (size_t k = 0; k < idx.num_labels(); ++k)
+        EXPECT_EQ(b->labels[i][k].item<float>(), idx.labels[row * idx.num_labels() + k]);
+    }
+  }
+  EXPECT_EQ(got, rows);
+  EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
+}
+
+TEST_F(BatchLoaderTest, CorruptImageIsAnErrorOrSkipped) {
+  DatasetIndex idx = index();
+  test::write_file(*dir_ / "junk.jpg", "not a jpeg");
+  idx.image_paths[2] = *dir_ / "junk.jpg";
+  std::vector<int64_t> rows(10);
+  std::iota(rows.begin(), rows.end(), 0);
+  LoaderOptions o;
+  o.batch_size = 4;
+  {
+    BatchLoader loader(idx, rows, transform(), 0, o);
+    try {
+      while (loader.next()) {
+      }
+      FAIL() << "expected an error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("junk.jpg"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("skip_bad_images"), std::string::npos) << e.what();
+    }
+  }
+  o.skip_bad_images = true;
+  BatchLoader loader(idx, rows, transform(), 0, o);
+  int64_t skipped = 0, images = 0;
+  while (auto b = loader.next()) skipped += b->skipped, images += b->images.size(0);
+  EXPECT_EQ(skipped, 1);
+  EXPECT_EQ(images, 9);
+}
+
+}  // namespace
+}  // namespace ranzcr

@@ -1,0 +1,108 @@
+#include "engine/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include "tests/test_util.h"
+
+namespace ranzcr {
+namespace {
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_config(yaml, "cfg.yaml", sets);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultsAndValues) {
+  const Config c = parse_config("seed: 3\ntrain:\n  epochs: 2\ndata:\n  augment:\n    clahe: true\n", "x");
+  EXPECT_EQ(c.seed, 3);
+  EXPECT_EQ(c.train.epochs, 2);
+  EXPECT_TRUE(c.data.augment.clahe);
+  EXPECT_EQ(c.train.batch_size, TrainConfig{}.batch_size);
+  EXPECT_EQ(parse_config("", "empty").model.name, ModelConfig{}.name);
+}
+
+TEST(Config, UnknownKeyNamesTheKeyAndLine) {
+  const std::string e = error_of("seed: 1\ntrain:\n  epochs: 2\n  epoch: 3\n");
+  EXPECT_NE(e.find("unknown config key 'train.epoch' at cfg.yaml:4"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.epochs"), std::string::npos) << e;  // lists the valid keys of the section
+  EXPECT_NE(error_of("trian:\n  epochs: 2\n").find("unknown config key 'trian' at cfg.yaml:1"),
+            std::string::npos);
+  EXPECT_NE(error_of("train: 3\n").find("'train' at cfg.yaml:1: expected a section"), std::string::npos);
+}
+
+TEST(Config, WrongTypeNamesTheKeyLineAndExpectation) {
+  const std::string e = error_of("train:\n  epochs: many\n");
+  EXPECT_NE(e.find("config key 'train.epochs' at cfg.yaml:2: expected an integer, got 'many'"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(error_of("train:\n  epochs: 2.5\n").find("expected an integer"), std::string::npos);
+  EXPECT_NE(error_of("data:\n  augment:\n    hflip: maybe\n").find("expected a boolean"), std::string::npos);
+  EXPECT_NE(error_of("data:\n  label_columns: a\n").find("expected a list of strings"), std::string::npos);
+  EXPECT_NE(error_of("optim:\n  lr: [1]\n").find("expected a number, got a list"), std::string::npos);
+  EXPECT_NE(error_of("optim:\n  name: adam\n").find("optim.name must be adamw or sgd"), std::string::npos);
+  EXPECT_NE(error_of("train: {epochs: 0}\n").find("train.epochs must be at least 1"), std::string::npos);
+}
+
+TEST(Config, SetOverridesParseTheValueAsYaml) {
+  const Config c = parse_config("train:\n  epochs: 2\n", "x",
+                                {"train.epochs=5", "data.label_columns=[a, 'b c']", "model.name=resnet50",
+                                 "optim.lr=1e-4", "distributed.nproc_per_node=auto"});
+  EXPECT_EQ(c.train.epochs, 5);
+  EXPECT_EQ(c.data.label_columns, (std::vector<std::string>{"a", "b c"}));
+  EXPECT_EQ(c.model.name, "resnet50");
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1e-4);
+  EXPECT_EQ(c.distributed.nproc_per_node, "auto");
+  EXPECT_NE(
+      error_of("", {"train.epochs=x"}).find("'train.epochs' at --set train.epochs=x: expected an integer"),
+      std::string::npos);
+  EXPECT_NE(error_of("", {"train.epoch=1"}).find("unknown config key 'train.epoch'"), std::string::npos);
+  EXPECT_NE(error_of("", {"noequals"}).find("expected key=value"), std::string::npos);
+}
+
+TEST(Config, ResolvedYamlRoundTrips) {
+  Config c = parse_config("", "x", {"data.label_columns=[x, y]", "train.epochs=7", "optim.lr=0.0005"});
+  const std::string yaml = config_to_yaml(c);
+  const Config back = parse_config(yaml, "resolved");
+  EXPECT_EQ(config_to_yaml(back), yaml);
+  EXPECT_EQ(back.train.epochs, 7);
+  EXPECT_EQ(back.data.label_columns, (std::vector<std::string>{"x", "y"}));
+}
+
+// Every key is documented (present with a comment) in both shipped recipes, and both parse.
+TEST(Config, ShippedConfigsListEveryKey) {
+  for (const char* name : {"quickstart.yaml", "ranzcr.yaml"}) {
+    const std::string path = std::string(RANZCR_SOURCE_DIR) + "/configs/" + name;
+    ASSERT_NO_THROW(load_config(path)) << path;
+    const YAML::Node root = YAML::LoadFile(path);
+    const std::string text = test::read_file(path);
+    for (const auto& key : config_keys()) {
+      std::vector<std::string> parts;
+      std::stringstream ss(key);
+      for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
+      std::function<bool(const YAML::Node&, size_t)> has = [&](const YAML::Node& n, size_t i) {
+        if (i == parts.size()) return n.IsDefined();
+        return n.IsMap() && has(n[parts[i]], i + 1);
+      };
+      EXPECT_TRUE(has(root, 0)) << key << " missing in " << path;
+      const std::string leaf = key.substr(key.rfind('.') + 1);
+      std::string line;  // the first line whose first word is `leaf:`
+      std::stringstream lines(text);
+      for (std::string l; std::getline(lines, l);) {
+        const size_t start = l.find_first_not_of(' ');
+        if (start != std::string::npos && l.compare(start, leaf.size() + 1, leaf + ":") == 0) {
+          line = l;
+          break;
+        }
+      }
+      ASSERT_FALSE(line.empty()) << key << " not found in " << path;
+      EXPECT_NE(line.find('#'), std::string::npos) << key << " has no comment in " << path;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ranzcr

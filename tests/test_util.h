@@ -1,0 +1,72 @@
+// Helpers shared by the tests: temporary folders, small data sets, running the CLI.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "data/synth.h"
+
+namespace ranzcr::test {
+
+/// A fresh temporary folder, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = (std::filesystem::temp_directory_path() / "ranzcr_test_XXXXXX").string();
+    path_ = mkdtemp(templ.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// A small synthetic data set (Kaggle layout) in `dir`.
+inline void make_dataset(const std::string& dir, int num_images = 60, int image_size = 96,
+                         int num_test = 10) {
+  SynthConfig c;
+  c.num_images = num_images;
+  c.num_test_images = num_test;
+  c.image_size = image_size;
+  c.seed = 3;
+  generate_synthetic(dir, c, 2);
+}
+
+struct CommandResult {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+/// Runs `command` with a shell, capturing stdout and stderr.
+inline CommandResult run_command(const std::string& command) {
+  CommandResult r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+}  // namespace ranzcr::test
