@@ -108,10 +108,6 @@ InferenceOptions inference_options(const Config& config, bool tta, torch::Device
   return io;
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  write_file_atomic(path, text);
-}
-
 }  // namespace
 
 int run_train(const TrainArgs& args) {
@@ -175,7 +171,7 @@ int run_evaluate(const EvalArgs& args) {
   const AucReport auc = multilabel_auc(r.logits, r.labels, meta.label_names);
 
   std::cout << "evaluate " << args.checkpoint << " on " << source << " (" << r.rows.size(0) << " images)\n";
-  std::cout << std::left << std::setw(30) << "label" << std::right << std::setw(10) << "AUC" << std::setw(10)
+  std::cout << std::left << std::setw(30) << "label" << std::right << std::setw(10) << "AUC" << std::setw(11)
             << "positives\n";
   const auto positives = r.labels.sum(0);
   nlohmann::json per_class = nlohmann::json::object();
@@ -183,7 +179,7 @@ int run_evaluate(const EvalArgs& args) {
     const auto& a = auc.per_class[k];
     std::cout << std::left << std::setw(30) << meta.label_names[k] << std::right << std::setw(10)
               << (a ? (std::ostringstream() << std::fixed << std::setprecision(4) << *a).str() : "undefined")
-              << std::setw(9) << positives[k].item<int64_t>() << "\n";
+              << std::setw(10) << positives[k].item<int64_t>() << "\n";
     per_class[meta.label_names[k]] = a ? nlohmann::json(*a) : nlohmann::json();
   }
   std::cout << std::left << std::setw(30) << "mean" << std::right << std::setw(10) << std::fixed
@@ -200,7 +196,7 @@ int run_evaluate(const EvalArgs& args) {
     j["epoch"] = meta.epoch;
     j["source"] = source;
     j["tta_hflip"] = args.tta || config.train.tta_hflip;
-    write_text_atomic(args.out, j.dump(2) + "\n");
+    write_file_atomic(args.out, j.dump(2) + "\n");
     std::cout << "wrote " << args.out << "\n";
   }
   return 0;
@@ -241,7 +237,7 @@ int run_predict(const EvalArgs& args) {
     for (int64_t k = 0; k < probs.size(1); ++k) csv << "," << pa[i][k];
     csv << "\n";
   }
-  write_text_atomic(args.out, csv.str());
+  write_file_atomic(args.out, csv.str());
   if (r.skipped > 0)
     log.warn(std::to_string(r.skipped) + " unreadable images skipped (no row written for them)");
   log.info("wrote " + args.out + " (" + std::to_string(probs.size(0)) + " rows)");

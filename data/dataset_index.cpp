@@ -73,7 +73,6 @@ DatasetIndex load_index(const std::string& csv_path, const std::string& image_di
     for (const auto& h : table.header)
       if (h != options.id_column && h != options.group_column) label_names.push_back(h);
   }
-  if (!options.with_labels) label_names = options.label_columns;
   Offenders missing_cols("required columns missing (header has: " + [&] {
     std::string h;
     for (const auto& name : table.header) h += (h.empty() ? "" : ", ") + name;

@@ -16,7 +16,6 @@ struct DatasetIndex {
   std::vector<float> labels;             // row-major [size, num_labels], values 0 or 1; empty if unlabeled
   size_t size() const { return ids.size(); }
   size_t num_labels() const { return label_names.size(); }
-  bool labeled() const { return !labels.empty() || ids.empty(); }
   /// The rows `rows` (in that order) as a new index.
   DatasetIndex subset(const std::vector<int64_t>& rows) const;
 };

@@ -74,7 +74,9 @@ InferenceResult run_inference(Classifier& model, const DatasetIndex& index, cons
     std::unordered_map<int64_t, int64_t> position;
     for (size_t i = 0; i < rows.size(); ++i) position.emplace(rows[i], static_cast<int64_t>(i));
     torch::Tensor key = torch::empty_like(all.rows);
-    for (int64_t i = 0; i < all.rows.size(0); ++i) key[i] = position.at(all.rows[i].item<int64_t>());
+    const int64_t* got = all.rows.data_ptr<int64_t>();
+    int64_t* k = key.data_ptr<int64_t>();
+    for (int64_t i = 0; i < all.rows.size(0); ++i) k[i] = position.at(got[i]);
     const torch::Tensor order = key.argsort();
     all.logits = all.logits.index_select(0, order);
     all.labels = all.labels.index_select(0, order);

@@ -32,7 +32,11 @@ if [ -z "${Torch_DIR:-}" ]; then
     SPEC=${TORCH_PIP_SPEC:-torch==2.13.0}
     say "installing $SPEC into .venv (LibTorch comes with the wheel)"
     [ -x "$ROOT/.venv/bin/python" ] || python3 -m venv "$ROOT/.venv"
-    "$ROOT/.venv/bin/pip" install -q "$SPEC"
+    if ! "$ROOT/.venv/bin/pip" install -q "$SPEC" > "$ROOT/.venv/pip-install.log" 2>&1; then
+      cat "$ROOT/.venv/pip-install.log" >&2
+      echo "error: pip install $SPEC failed (log above)" >&2
+      exit 1
+    fi
     PREFIX=$(torch_prefix "$ROOT/.venv/bin/python")
   fi
   export Torch_DIR="$PREFIX/Torch"

@@ -29,14 +29,13 @@ class CliTest : public ::testing::Test {
     const auto r = run_command(bin() + " " + args);
     EXPECT_NE(r.status, 0) << args;
     EXPECT_LT(r.status, 128) << "crashed: " << r.output;
-    size_t count = 0, at = 0;
+    size_t count = 0;
     std::string error_line;
     std::stringstream ss(r.output);
     for (std::string line; std::getline(ss, line);)
       if (line.rfind("error: ", 0) == 0) ++count, error_line = line;
     EXPECT_EQ(count, 1u) << r.output;
     EXPECT_NE(error_line.find(expected), std::string::npos) << "got: " << r.output;
-    (void)at;
   }
   static test::TempDir* dir_;
 };
