@@ -15,6 +15,14 @@ class LocalCollectives final : public Collectives {
 
 }  // namespace
 
+std::unique_ptr<Collectives::Pending> Collectives::all_reduce_sum_async(torch::Tensor& tensor) {
+  struct Done final : Pending {
+    void wait() override {}
+  };
+  all_reduce_sum(tensor);
+  return std::make_unique<Done>();
+}
+
 std::shared_ptr<Collectives> make_local_collectives() {
   return std::make_shared<LocalCollectives>();
 }

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <string>
 
 namespace ranzcr {
 
@@ -22,6 +23,19 @@ class Collectives {
   virtual void broadcast(torch::Tensor& tensor, int root) = 0;
   /// Returns when every rank has called it.
   virtual void barrier() = 0;
+
+  /// An all-reduce in flight; wait() returns when `tensor` holds the sum.
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+  };
+  /// Starts summing `tensor` over all ranks in place; the tensor must stay alive until wait().
+  virtual std::unique_ptr<Pending> all_reduce_sum_async(torch::Tensor& tensor);
+  /// Backend name ("local", "gloo", "nccl").
+  virtual std::string backend() const { return "local"; }
+  /// Ends the job's communication cleanly (every rank calls it once at exit).
+  virtual void shutdown() {}
 };
 
 /// Collectives for a single process: rank 0 of 1.

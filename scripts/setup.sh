@@ -11,7 +11,7 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 say() { echo "setup: $*" >&2; }
 
 # 1. Debian packages.
-PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev"
+PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

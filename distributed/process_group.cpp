@@ -1,0 +1,216 @@
+#include "distributed/process_group.h"
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <stdexcept>
+#include <thread>
+
+namespace ranzcr {
+
+// Defined in nccl_backend.cpp (a stub that throws when LibTorch has no NCCL).
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    std::chrono::milliseconds timeout, const torch::Device& device);
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string seconds(std::chrono::milliseconds t) { return std::to_string(t.count() / 1000) + " s"; }
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+class ProcessGroupCollectives final : public Collectives {
+ public:
+  ProcessGroupCollectives(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend,
+                          int rank, int world, std::string name, std::chrono::milliseconds timeout, torch::Device device)
+      : store_(std::move(store)), backend_(std::move(backend)), rank_(rank), world_(world), name_(std::move(name)),
+        timeout_(timeout), device_(device) {}
+  ~ProcessGroupCollectives() override = default;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return name_; }
+
+  void all_reduce_sum(torch::Tensor& tensor) override { all_reduce_sum_async(tensor)->wait(); }
+
+  std::unique_ptr<Pending> all_reduce_sum_async(torch::Tensor& tensor) override {
+    struct Work final : Pending {
+      c10::intrusive_ptr<c10d::Work> work;
+      torch::Tensor user, on_device;
+      void wait() override {
+        work->wait();
+        if (!user.is_same(on_device)) user.copy_(on_device);
+      }
+    };
+    auto w = std::make_unique<Work>();
+    w->user = tensor;
+    w->on_device = on_device(tensor);
+    std::vector<torch::Tensor> v{w->on_device};
+    w->work = backend_->allreduce(v);
+    return w;
+  }
+
+  torch::Tensor all_gather_cat(const torch::Tensor& tensor) override {
+    const torch::Tensor local = on_device(tensor.contiguous());
+    // Sizes along dim 0 may differ: gather them, pad to the largest, gather, trim.
+    std::vector<torch::Tensor> size_in{torch::tensor({local.size(0)}, torch::kLong).to(device_)};
+    std::vector<std::vector<torch::Tensor>> size_out(1);
+    for (int r = 0; r < world_; ++r) size_out[0].push_back(torch::empty({1}, torch::kLong).to(device_));
+    backend_->allgather(size_out, size_in)->wait();
+    std::vector<int64_t> sizes;
+    int64_t max_n = 0;
+    for (const auto& s : size_out[0]) sizes.push_back(s.cpu().item<int64_t>()), max_n = std::max(max_n, sizes.back());
+    std::vector<int64_t> shape = local.sizes().vec();
+    shape[0] = max_n;
+    torch::Tensor padded = torch::zeros(shape, local.options());
+    if (local.size(0) > 0) padded.narrow(0, 0, local.size(0)).copy_(local);
+    std::vector<torch::Tensor> in{padded};
+    std::vector<std::vector<torch::Tensor>> out(1);
+    for (int r = 0; r < world_; ++r) out[0].push_back(torch::empty(shape, local.options()));
+    backend_->allgather(out, in)->wait();
+    std::vector<torch::Tensor> parts;
+    for (int r = 0; r < world_; ++r) parts.push_back(out[0][r].narrow(0, 0, sizes[r]));
+    return torch::cat(parts, 0).to(tensor.device());
+  }
+
+  void broadcast(torch::Tensor& tensor, int root) override {
+    torch::Tensor t = on_device(tensor);
+    std::vector<torch::Tensor> v{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    backend_->broadcast(v, o)->wait();
+    if (!t.is_same(tensor)) tensor.copy_(t);
+  }
+
+  void barrier() override { backend_->barrier()->wait(); }
+
+  void shutdown() override {
+    if (shut_down_) return;
+    shut_down_ = true;
+    // Rank 0 hosts the store: it leaves only once every rank has said goodbye through it.
+    try {
+      store_->add("ranzcr/exit", 1);
+      if (rank_ == 0) {
+        const auto deadline = Clock::now() + timeout_;
+        while (store_->add("ranzcr/exit", 0) < world_ && Clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } catch (const std::exception&) {
+      // A peer or the store is gone: nothing left to wait for.
+    }
+    backend_->shutdown();
+  }
+
+ private:
+  torch::Tensor on_device(const torch::Tensor& t) const { return t.device() == device_ ? t : t.to(device_); }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  int rank_, world_;
+  std::string name_;
+  std::chrono::milliseconds timeout_;
+  torch::Device device_;
+  bool shut_down_ = false;
+};
+
+c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGroupOptions& o, std::string* where) {
+  const std::string& init = o.init_method;
+  if (init.rfind("file://", 0) == 0) {
+    const std::string path = init.substr(7);
+    *where = "file store " + path;
+    try {
+      return c10::make_intrusive<c10d::FileStore>(path, w.world_size);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot open the rendezvous file " + path + ": " + first_line(e.what()));
+    }
+  }
+  std::string host = w.master_addr;
+  int port = w.master_port;
+  if (init.rfind("tcp://", 0) == 0) {
+    const std::string hp = init.substr(6);
+    const size_t colon = hp.rfind(':');
+    if (colon == std::string::npos) throw std::runtime_error("distributed.init_method " + init + ": expected tcp://host:port");
+    host = hp.substr(0, colon);
+    port = std::stoi(hp.substr(colon + 1));
+  } else if (init != "env://" && init != "env") {
+    throw std::runtime_error("distributed.init_method '" + init + "': expected env://, tcp://host:port or file:///path");
+  }
+  *where = host + ":" + std::to_string(port);
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(port);
+  so.isServer = w.rank == 0 && !w.external_store;
+  so.numWorkers = w.world_size;
+  so.waitWorkers = false;  // we count arrivals ourselves, to say how many came
+  so.timeout = o.timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(host, so);
+  } catch (const std::exception& e) {
+    if (so.isServer)
+      throw std::runtime_error("cannot host the rendezvous store on port " + std::to_string(port) +
+                               " (port in use? set MASTER_PORT): " + first_line(e.what()));
+    throw std::runtime_error("cannot reach the rendezvous store at " + *where + " within " + seconds(o.timeout) +
+                             " (is rank 0 running? check MASTER_ADDR/MASTER_PORT): " + first_line(e.what()));
+  }
+  if (!w.store_prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(w.store_prefix, store);
+  return store;
+}
+
+}  // namespace
+
+std::string resolve_backend(const std::string& configured, const torch::Device& device) {
+  if (configured != "auto") return configured;
+  return device.is_cuda() ? "nccl" : "gloo";
+}
+
+std::shared_ptr<Collectives> init_process_group(const WorldInfo& w, const ProcessGroupOptions& o) {
+  std::string where;
+  c10::intrusive_ptr<c10d::Store> store = make_store(w, o, &where);
+  // Count arrivals, so a peer that never comes is named, not a silent hang.
+  const auto deadline = Clock::now() + o.timeout;
+  int64_t joined = 0;
+  try {
+    store->add("ranzcr/joined", 1);
+    while ((joined = store->add("ranzcr/joined", 0)) < w.world_size) {
+      if (Clock::now() > deadline)
+        throw std::runtime_error("rendezvous timed out after " + seconds(o.timeout) + ": " + std::to_string(joined) +
+                                 " of " + std::to_string(w.world_size) + " ranks joined (store " + where + ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("rendezvous store " + where + " failed: " + first_line(e.what_without_backtrace()));
+  }
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ranzcr/" + o.backend, store);
+  c10::intrusive_ptr<c10d::Backend> backend;
+  try {
+    if (o.backend == "nccl") {
+      backend = make_nccl_backend(prefixed, w.rank, w.world_size, o.timeout, o.device);
+    } else if (o.backend == "gloo") {
+      auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
+      const bool local = is_loopback(w.master_addr) || where.rfind("file store", 0) == 0;
+      if (!w.gloo_interface.empty())
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(w.gloo_interface));
+      else if (local)
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, w.rank, w.world_size, opts);
+    } else {
+      throw std::runtime_error("distributed.backend '" + o.backend + "': expected auto, gloo or nccl");
+    }
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("cannot create the " + o.backend + " process group: " +
+                             first_line(e.what_without_backtrace()));
+  }
+  return std::make_shared<ProcessGroupCollectives>(store, backend, w.rank, w.world_size, o.backend, o.timeout,
+                                                   o.backend == "nccl" ? o.device : torch::Device(torch::kCPU));
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,51 @@
+// Who this process is in a job: resolved from the environment that a launcher set (torchrun, Slurm,
+// plain RANK/WORLD_SIZE, Kubernetes PyTorchJob), or the plan for launching workers ourselves.
+// This and apps/ are the only places that read environment variables.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace ranzcr {
+
+using EnvMap = std::map<std::string, std::string>;
+
+/// The process environment as a map.
+EnvMap current_environment();
+
+struct WorldInfo {
+  std::string launcher = "single";  // torchrun | slurm | env | kubernetes | self | single
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string store_prefix;     // torchrun: "/worker/attempt_<restart count>"
+  bool external_store = false;  // torchrun's agent hosts the store: rank 0 is a client too
+  std::string gloo_interface;   // GLOO_SOCKET_IFNAME
+};
+
+/// The worker identity when a launcher started this process as a worker, in this order: torchrun
+/// (TORCHELASTIC_*), Slurm (SLURM_PROCID/SLURM_NTASKS, unless `slurm_tasks_are_nodes`), plain RANK and
+/// WORLD_SIZE (our own self-launched workers and Kubernetes PyTorchJob pods). nullopt: not a worker.
+/// Throws std::runtime_error naming the variable when one is malformed.
+std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are_nodes);
+
+/// Nodes of a self-launched job: NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT, else Kubernetes PET_NNODES/
+/// PET_NODE_RANK, else Slurm tasks as nodes (when `slurm_tasks_are_nodes`), else one local node.
+struct NodePlan {
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: pick a free port (one node only)
+  std::string source = "local";
+};
+NodePlan node_plan_from_env(const EnvMap& env, bool slurm_tasks_are_nodes);
+
+/// First host of a Slurm node list: "gpu[07-09,12],cpu1" -> "gpu07".
+std::string first_slurm_host(const std::string& nodelist);
+
+}  // namespace ranzcr
