@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -17,6 +19,9 @@
 #include "data/split.h"
 #include "data/synth.h"
 #include "distributed/collectives.h"
+#include "distributed/launcher.h"
+#include "distributed/process_group.h"
+#include "distributed/world.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/inference.h"
@@ -110,29 +115,121 @@ InferenceOptions inference_options(const Config& config, bool tta, torch::Device
 
 }  // namespace
 
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+// First SIGINT/SIGTERM: save at the next step and stop. A second one: stop now.
+void on_stop_signal(int sig) {
+  if (g_stop_signal.exchange(sig) != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
+
+void install_stop_handlers() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
+int workers_per_node(const Config& config) {
+  const std::string& n = config.distributed.nproc_per_node;
+  if (n != "auto") return std::stoi(n);
+  return torch::cuda::is_available() ? std::max<int>(1, static_cast<int>(torch::cuda::device_count())) : 1;
+}
+
+// This process's device: its local rank's GPU when there are GPUs, else the CPU.
+torch::Device worker_device(const WorldInfo& world) {
+  if (!torch::cuda::is_available()) return torch::kCPU;
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (world.local_rank >= gpus)
+    throw std::runtime_error("local rank " + std::to_string(world.local_rank) + " has no GPU (" +
+                             std::to_string(gpus) + " visible): use at most " + std::to_string(gpus) +
+                             " processes per node");
+  return torch::Device(torch::kCUDA, world.local_rank);
+}
+
+int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
+  if (summary.stopped_by_signal) return 128 + summary.stopped_by_signal;
+  log.info("done: best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " +
+           config.output.dir);
+  return 0;
+}
+
+// One process of a multi-process job (started by us, torchrun, srun or a PyTorchJob).
+int run_worker(const Config& config, const WorldInfo& world, const TrainArgs& args) {
+  const torch::Device device = worker_device(world);
+  if (config.train.num_threads ==
+      0)  // share the cores among this node's workers (torchrun sets OMP_NUM_THREADS)
+    torch::set_num_threads(std::max(1, hardware_threads() / world.local_world_size));
+  ProcessGroupOptions pgo;
+  pgo.backend = resolve_backend(config.distributed.backend, device);
+  if (pgo.backend == "nccl" && !device.is_cuda())
+    throw std::runtime_error("distributed.backend nccl needs GPUs; none is visible (use gloo or auto)");
+  pgo.init_method = config.distributed.init_method;
+  pgo.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_seconds * 1000));
+  pgo.device = device;
+  RunLog log(world.rank == 0);
+  auto collectives = init_process_group(world, pgo);
+  log.info("distributed: world size " + std::to_string(world.world_size) + ", " +
+           std::to_string(world.local_world_size) + " ranks per node, backend " + pgo.backend + ", device " +
+           device.str() + ", init " +
+           (pgo.init_method == "env://"
+                ? "env://" + world.master_addr + ":" + std::to_string(world.master_port)
+                : pgo.init_method) +
+           ", launcher " + world.launcher);
+  if (world.local_rank == 0) ensure_dataset(config, log);  // one copy per node
+  collectives->barrier();
+  install_stop_handlers();
+  TrainOptions options;
+  options.resume_path = args.resume;
+  options.device = device;
+  options.stop_signal = &g_stop_signal;
+  const TrainSummary summary = train(config, *collectives, log, options);
+  collectives->shutdown();
+  return finish(summary, config, log);
+}
+
+}  // namespace
+
 int run_train(const TrainArgs& args) {
   std::vector<std::string> sets = args.sets;
   if (!args.nproc_per_node.empty()) sets.push_back("distributed.nproc_per_node=" + args.nproc_per_node);
   Config config = load_config(args.config, sets);
-  const std::string& nproc = config.distributed.nproc_per_node;
-  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 1;
-  const int workers = nproc == "auto" ? gpus : std::stoi(nproc);
-  if (workers != 1)
-    throw std::runtime_error("distributed.nproc_per_node=" + nproc +
-                             ": multi-process training is not implemented "
-                             "in this build yet; use 1");
   apply_threads(config);
-  RunLog log(true);
-  ensure_dataset(config, log);
-  auto collectives = make_local_collectives();
-  TrainOptions options;
-  options.resume_path = args.resume;
-  options.device = pick_device();
   if (!args.resume.empty()) read_checkpoint_meta(args.resume);  // fail early on a bad file
-  const TrainSummary summary = train(config, *collectives, log, options);
-  log.info("done: best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " +
-           config.output.dir);
-  return 0;
+  const EnvMap env = current_environment();
+  const std::string& nproc = config.distributed.nproc_per_node;
+  // Under Slurm, one task per node that starts its own workers is asked for with nproc_per_node > 1.
+  const bool slurm_tasks_are_nodes = nproc != "auto" && std::stoi(nproc) > 1;
+  if (auto world = worker_from_env(env, slurm_tasks_are_nodes)) return run_worker(config, *world, args);
+
+  const int nproc_here = workers_per_node(config);
+  const NodePlan plan = node_plan_from_env(env, slurm_tasks_are_nodes);
+  RunLog log(true);
+  if (nproc_here == 1 && plan.nnodes == 1) {  // one process: no process group at all
+    ensure_dataset(config, log);
+    install_stop_handlers();
+    auto collectives = make_local_collectives();
+    TrainOptions options;
+    options.resume_path = args.resume;
+    options.device = pick_device();
+    options.stop_signal = &g_stop_signal;
+    return finish(train(config, *collectives, log, options), config, log);
+  }
+  // Launcher: check what can be checked once here, then start this node's workers.
+  ensure_dataset(config, log);
+  const fs::path root(config.data.root);
+  load_index((root / config.data.train_csv).string(), (root / config.data.image_dir).string(),
+             index_options(config.data));
+  LaunchOptions lo;
+  lo.args = args.argv;
+  lo.nproc = nproc_here;
+  lo.node = plan;
+  lo.grace_seconds = config.distributed.grace_seconds;
+  log.info("launching " + std::to_string(nproc_here) + " workers on node " + std::to_string(plan.node_rank) +
+           " of " + std::to_string(plan.nnodes) + " (" + plan.source + ")");
+  return launch_workers(lo);
 }
 
 int run_evaluate(const EvalArgs& args) {

@@ -11,7 +11,8 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> sets;  // --set key=value
   std::string resume;
-  std::string nproc_per_node;  // --nproc-per-node ("" = from the config)
+  std::string nproc_per_node;     // --nproc-per-node ("" = from the config)
+  std::vector<std::string> argv;  // the command line after the program name (re-used by workers)
 };
 
 struct EvalArgs {

@@ -66,7 +66,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (t->parsed()) return ranzcr::run_train(train);
+    if (t->parsed()) {
+      train.argv.assign(argv + 1, argv + argc);
+      return ranzcr::run_train(train);
+    }
     if (e->parsed()) return ranzcr::run_evaluate(eval);
     if (p->parsed()) return ranzcr::run_predict(pred);
     if (s->parsed()) return ranzcr::run_synth(synth);

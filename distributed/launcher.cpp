@@ -23,7 +23,9 @@ namespace ranzcr {
 namespace {
 
 std::atomic<int> g_signal{0};
-void on_signal(int sig) { g_signal = sig; }
+void on_signal(int sig) {
+  g_signal = sig;
+}
 
 struct Worker {
   int local_rank = 0;
@@ -102,10 +104,11 @@ int launch_workers(const LaunchOptions& o) {
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{}, old_hup{};
+  struct sigaction old_int {
+  }, old_term{}, old_hup{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGHUP, &sa, &old_hup);
@@ -143,7 +146,7 @@ int launch_workers(const LaunchOptions& o) {
       ::setpgid(0, 0);  // own process group: the launcher decides who gets which signal
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != launcher) ::_exit(1);  // the launcher died before prctl
-      struct sigaction dfl{};
+      struct sigaction dfl {};
       dfl.sa_handler = SIG_DFL;
       sigaction(SIGINT, &dfl, nullptr);
       sigaction(SIGTERM, &dfl, nullptr);
@@ -187,7 +190,8 @@ int launch_workers(const LaunchOptions& o) {
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && result == 0 && !stopping) {
           result = exit_code(status);
-          failure = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(pid) + ") " + describe(status);
+          failure =
+              "rank " + std::to_string(w.rank) + " (pid " + std::to_string(pid) + ") " + describe(status);
         }
         if (!ok && !stopping) {
           stopping = true;

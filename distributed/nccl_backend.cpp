@@ -1,7 +1,7 @@
 // NCCL lives in its own translation unit, compiled only when LibTorch has it (USE_C10D_NCCL).
+#include <torch/types.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/types.h>
 
 #include <stdexcept>
 
@@ -20,8 +20,9 @@ bool nccl_available() {
 #endif
 }
 
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                                    std::chrono::milliseconds timeout, const torch::Device& device) {
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                    int size, std::chrono::milliseconds timeout,
+                                                    const torch::Device& device) {
 #ifdef USE_C10D_NCCL
   if (!device.is_cuda() || !device.has_index())
     throw std::runtime_error("the NCCL backend needs a CUDA device with an index, got " + device.str());

@@ -11,16 +11,21 @@
 namespace ranzcr {
 
 // Defined in nccl_backend.cpp (a stub that throws when LibTorch has no NCCL).
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                                    std::chrono::milliseconds timeout, const torch::Device& device);
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                    int size, std::chrono::milliseconds timeout,
+                                                    const torch::Device& device);
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string seconds(std::chrono::milliseconds t) { return std::to_string(t.count() / 1000) + " s"; }
+std::string seconds(std::chrono::milliseconds t) {
+  return std::to_string(t.count() / 1000) + " s";
+}
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
@@ -29,9 +34,15 @@ bool is_loopback(const std::string& host) {
 class ProcessGroupCollectives final : public Collectives {
  public:
   ProcessGroupCollectives(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend,
-                          int rank, int world, std::string name, std::chrono::milliseconds timeout, torch::Device device)
-      : store_(std::move(store)), backend_(std::move(backend)), rank_(rank), world_(world), name_(std::move(name)),
-        timeout_(timeout), device_(device) {}
+                          int rank, int world, std::string name, std::chrono::milliseconds timeout,
+                          torch::Device device)
+      : store_(std::move(store)),
+        backend_(std::move(backend)),
+        rank_(rank),
+        world_(world),
+        name_(std::move(name)),
+        timeout_(timeout),
+        device_(device) {}
   ~ProcessGroupCollectives() override = default;
 
   int rank() const override { return rank_; }
@@ -66,7 +77,8 @@ class ProcessGroupCollectives final : public Collectives {
     backend_->allgather(size_out, size_in)->wait();
     std::vector<int64_t> sizes;
     int64_t max_n = 0;
-    for (const auto& s : size_out[0]) sizes.push_back(s.cpu().item<int64_t>()), max_n = std::max(max_n, sizes.back());
+    for (const auto& s : size_out[0])
+      sizes.push_back(s.cpu().item<int64_t>()), max_n = std::max(max_n, sizes.back());
     std::vector<int64_t> shape = local.sizes().vec();
     shape[0] = max_n;
     torch::Tensor padded = torch::zeros(shape, local.options());
@@ -120,7 +132,8 @@ class ProcessGroupCollectives final : public Collectives {
   bool shut_down_ = false;
 };
 
-c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGroupOptions& o, std::string* where) {
+c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGroupOptions& o,
+                                           std::string* where) {
   const std::string& init = o.init_method;
   if (init.rfind("file://", 0) == 0) {
     const std::string path = init.substr(7);
@@ -136,11 +149,13 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGrou
   if (init.rfind("tcp://", 0) == 0) {
     const std::string hp = init.substr(6);
     const size_t colon = hp.rfind(':');
-    if (colon == std::string::npos) throw std::runtime_error("distributed.init_method " + init + ": expected tcp://host:port");
+    if (colon == std::string::npos)
+      throw std::runtime_error("distributed.init_method " + init + ": expected tcp://host:port");
     host = hp.substr(0, colon);
     port = std::stoi(hp.substr(colon + 1));
   } else if (init != "env://" && init != "env") {
-    throw std::runtime_error("distributed.init_method '" + init + "': expected env://, tcp://host:port or file:///path");
+    throw std::runtime_error("distributed.init_method '" + init +
+                             "': expected env://, tcp://host:port or file:///path");
   }
   *where = host + ":" + std::to_string(port);
   c10d::TCPStoreOptions so;
@@ -156,7 +171,8 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGrou
     if (so.isServer)
       throw std::runtime_error("cannot host the rendezvous store on port " + std::to_string(port) +
                                " (port in use? set MASTER_PORT): " + first_line(e.what()));
-    throw std::runtime_error("cannot reach the rendezvous store at " + *where + " within " + seconds(o.timeout) +
+    throw std::runtime_error("cannot reach the rendezvous store at " + *where + " within " +
+                             seconds(o.timeout) +
                              " (is rank 0 running? check MASTER_ADDR/MASTER_PORT): " + first_line(e.what()));
   }
   if (!w.store_prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(w.store_prefix, store);
@@ -180,12 +196,14 @@ std::shared_ptr<Collectives> init_process_group(const WorldInfo& w, const Proces
     store->add("ranzcr/joined", 1);
     while ((joined = store->add("ranzcr/joined", 0)) < w.world_size) {
       if (Clock::now() > deadline)
-        throw std::runtime_error("rendezvous timed out after " + seconds(o.timeout) + ": " + std::to_string(joined) +
-                                 " of " + std::to_string(w.world_size) + " ranks joined (store " + where + ")");
+        throw std::runtime_error("rendezvous timed out after " + seconds(o.timeout) + ": " +
+                                 std::to_string(joined) + " of " + std::to_string(w.world_size) +
+                                 " ranks joined (store " + where + ")");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   } catch (const c10::Error& e) {
-    throw std::runtime_error("rendezvous store " + where + " failed: " + first_line(e.what_without_backtrace()));
+    throw std::runtime_error("rendezvous store " + where +
+                             " failed: " + first_line(e.what_without_backtrace()));
   }
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ranzcr/" + o.backend, store);
   c10::intrusive_ptr<c10d::Backend> backend;
@@ -206,11 +224,12 @@ std::shared_ptr<Collectives> init_process_group(const WorldInfo& w, const Proces
       throw std::runtime_error("distributed.backend '" + o.backend + "': expected auto, gloo or nccl");
     }
   } catch (const c10::Error& e) {
-    throw std::runtime_error("cannot create the " + o.backend + " process group: " +
-                             first_line(e.what_without_backtrace()));
+    throw std::runtime_error("cannot create the " + o.backend +
+                             " process group: " + first_line(e.what_without_backtrace()));
   }
-  return std::make_shared<ProcessGroupCollectives>(store, backend, w.rank, w.world_size, o.backend, o.timeout,
-                                                   o.backend == "nccl" ? o.device : torch::Device(torch::kCPU));
+  return std::make_shared<ProcessGroupCollectives>(
+      store, backend, w.rank, w.world_size, o.backend, o.timeout,
+      o.backend == "nccl" ? o.device : torch::Device(torch::kCPU));
 }
 
 }  // namespace ranzcr

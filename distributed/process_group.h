@@ -14,10 +14,10 @@
 namespace ranzcr {
 
 struct ProcessGroupOptions {
-  std::string backend = "gloo";                     // gloo | nccl
-  std::string init_method = "env://";               // env:// | tcp://host:port | file:///path
-  std::chrono::milliseconds timeout{300 * 1000};    // rendezvous and collectives
-  torch::Device device = torch::kCPU;               // NCCL: this rank's GPU
+  std::string backend = "gloo";                   // gloo | nccl
+  std::string init_method = "env://";             // env:// | tcp://host:port | file:///path
+  std::chrono::milliseconds timeout{300 * 1000};  // rendezvous and collectives
+  torch::Device device = torch::kCPU;             // NCCL: this rank's GPU
 };
 
 /// Joins the job: every rank must call it. Throws std::runtime_error with one clear line when the store

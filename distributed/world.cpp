@@ -25,8 +25,8 @@ int get_int(const EnvMap& env, const std::string& key, int fallback, int min_val
     used = 0;
   }
   if (used != v->size() || value < min_value)
-    throw std::runtime_error("environment variable " + key + "='" + *v + "': expected an integer >= " +
-                             std::to_string(min_value));
+    throw std::runtime_error("environment variable " + key + "='" + *v +
+                             "': expected an integer >= " + std::to_string(min_value));
   return value;
 }
 
@@ -38,7 +38,8 @@ void check(const WorldInfo& w, const std::string& source) {
     throw std::runtime_error(source + ": local rank " + std::to_string(w.local_rank) +
                              " is not below the local world size " + std::to_string(w.local_world_size));
   if (w.master_port < 1 || w.master_port > 65535)
-    throw std::runtime_error(source + ": MASTER_PORT must be in 1..65535, got " + std::to_string(w.master_port));
+    throw std::runtime_error(source + ": MASTER_PORT must be in 1..65535, got " +
+                             std::to_string(w.master_port));
 }
 
 }  // namespace
@@ -117,7 +118,7 @@ std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are
   if (get(env, "RANK") && get(env, "WORLD_SIZE")) {
     w.launcher = get(env, "RANZCR_LAUNCHER") ? *get(env, "RANZCR_LAUNCHER")
                  : get(env, "PET_NNODES") || get(env, "KUBERNETES_SERVICE_HOST") ? "kubernetes"
-                                                                                  : "env";
+                                                                                 : "env";
     w.rank = get_int(env, "RANK", 0);
     w.world_size = get_int(env, "WORLD_SIZE", 1, 1);
     w.local_rank = get_int(env, "LOCAL_RANK", 0);

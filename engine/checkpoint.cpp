@@ -61,6 +61,9 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
   meta.config_yaml = need("config_yaml").toStringRef();
   meta.model_name = need("model_name").toStringRef();
   meta.label_names = split_lines(need("label_names").toStringRef());
+  meta.world_size = need("world_size").toInt();
+  meta.epoch_batches_done = need("epoch_batches_done").toInt();
+  meta.batch_size = need("batch_size").toInt();
   return meta;
 }
 
@@ -110,6 +113,9 @@ void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch:
   archive.write("config_yaml", c10::IValue(meta.config_yaml));
   archive.write("model_name", c10::IValue(meta.model_name));
   archive.write("label_names", c10::IValue(join(meta.label_names)));
+  archive.write("world_size", c10::IValue(meta.world_size));
+  archive.write("epoch_batches_done", c10::IValue(meta.epoch_batches_done));
+  archive.write("batch_size", c10::IValue(meta.batch_size));
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   archive.write("model", model_archive);

@@ -20,6 +20,9 @@ struct CheckpointMeta {
   std::string config_yaml;  // resolved config of the run
   std::string model_name;
   std::vector<std::string> label_names;
+  int64_t world_size = 1;          // processes of the run that wrote it
+  int64_t epoch_batches_done = 0;  // batches of epoch `epoch` done (per rank) when stopped mid-epoch
+  int64_t batch_size = 0;          // per process
 };
 
 /// Writes model, optimizer (may be null) and meta to `path` atomically.

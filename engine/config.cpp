@@ -64,6 +64,11 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.tta_hflip", t.tta_hflip);
   v("distributed.nproc_per_node", c.distributed.nproc_per_node);
   v("distributed.backend", c.distributed.backend);
+  v("distributed.init_method", c.distributed.init_method);
+  v("distributed.timeout_seconds", c.distributed.timeout_seconds);
+  v("distributed.bucket_mb", c.distributed.bucket_mb);
+  v("distributed.bn_sync", c.distributed.bn_sync);
+  v("distributed.grace_seconds", c.distributed.grace_seconds);
   v("output.dir", c.output.dir);
   v("output.keep_every", c.output.keep_every);
 }
@@ -269,6 +274,11 @@ void validate_config(const Config& c) {
   require(n == "auto" || (!n.empty() && n.size() < 5 &&
                           n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) >= 1),
           "distributed.nproc_per_node must be a positive integer or auto, got '" + n + "'");
+  require(c.distributed.bn_sync == "broadcast" || c.distributed.bn_sync == "average",
+          "distributed.bn_sync must be broadcast or average, got '" + c.distributed.bn_sync + "'");
+  require(c.distributed.timeout_seconds > 0, "distributed.timeout_seconds must be positive");
+  require(c.distributed.bucket_mb > 0, "distributed.bucket_mb must be positive");
+  require(c.distributed.grace_seconds >= 0, "distributed.grace_seconds must be >= 0");
   require(c.output.keep_every >= 0, "output.keep_every must be >= 0");
   require(!c.output.dir.empty(), "output.dir must not be empty");
 }

@@ -41,8 +41,13 @@ struct TrainConfig {
 };
 
 struct DistributedConfig {
-  std::string nproc_per_node = "1";  // worker processes on this node: N or auto
-  std::string backend = "auto";      // auto | gloo | nccl
+  std::string nproc_per_node = "1";    // worker processes on this node: N or auto
+  std::string backend = "auto";        // auto | gloo | nccl
+  std::string init_method = "env://";  // env:// (MASTER_ADDR/PORT) | tcp://host:port | file:///path
+  double timeout_seconds = 300.0;      // rendezvous and collective timeout
+  double bucket_mb = 25.0;             // gradient all-reduce bucket size, MiB
+  std::string bn_sync = "broadcast";   // BatchNorm buffers: broadcast (from rank 0) | average
+  double grace_seconds = 10.0;         // launcher: SIGTERM to SIGKILL when stopping workers
 };
 
 struct OutputConfig {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -13,6 +14,7 @@
 #include "data/dataset_index.h"
 #include "data/sampler.h"
 #include "data/split.h"
+#include "distributed/ddp.h"
 #include "engine/checkpoint.h"
 #include "engine/inference.h"
 #include "engine/metrics.h"
@@ -112,7 +114,11 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
   meta.config_yaml = config_yaml;
   meta.model_name = config.model.name;
   meta.label_names = index.label_names;
+  meta.world_size = collectives.world_size();
+  meta.batch_size = config.train.batch_size;
+  int64_t skip_batches = 0;  // of the first epoch, when resuming a run stopped mid-epoch
   if (!options.resume_path.empty()) {
+    collectives.barrier();  // the file is complete before anyone reads it
     const CheckpointMeta saved = read_checkpoint_meta(options.resume_path);
     if (saved.model_name != config.model.name)
       throw std::runtime_error("--resume " + options.resume_path + ": checkpoint holds model '" +
@@ -124,10 +130,35 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     meta.epoch = loaded.epoch;
     meta.step = loaded.step;
     meta.best_metric = loaded.best_metric;
+    if (loaded.world_size != collectives.world_size())
+      log.warn("resuming a checkpoint written by " + std::to_string(loaded.world_size) + " processes with " +
+               std::to_string(collectives.world_size()) +
+               ": the data order of later epochs differs from the original run");
+    if (loaded.epoch_batches_done > 0) {
+      if (loaded.world_size == collectives.world_size() && loaded.batch_size == config.train.batch_size) {
+        skip_batches = loaded.epoch_batches_done;
+      } else {
+        log.warn("the checkpoint was saved mid-epoch by a run of another shape; epoch " +
+                 std::to_string(loaded.epoch + 1) + " restarts from its beginning");
+      }
+    }
     if (main) truncate_metrics((out_dir / "metrics.jsonl").string(), meta.epoch);
     log.info("resumed from " + options.resume_path + " at epoch " + std::to_string(meta.epoch) + ", step " +
-             std::to_string(meta.step));
+             std::to_string(meta.step) + (skip_batches ? ", batch " + std::to_string(skip_batches) : ""));
   }
+  DdpOptions ddp_options;
+  ddp_options.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * 1024 * 1024);
+  ddp_options.broadcast_buffers = config.distributed.bn_sync == "broadcast";
+  DistributedDataParallel ddp(*model, collectives, ddp_options);
+  // BatchNorm statistics agree on every rank before evaluation and checkpoints.
+  auto sync_buffers = [&] {
+    if (ddp_options.broadcast_buffers)
+      ddp.before_forward();
+    else
+      ddp.average_buffers();
+  };
+  auto save = [&](const std::string& path) { save_checkpoint(path, meta, *model, optimizer.get()); };
+  const std::string ckpt_dir = (out_dir / "checkpoints").string();
 
   SamplerOptions so;
   so.rank = collectives.rank();
@@ -177,16 +208,25 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     sampler.set_epoch(epoch);
     std::vector<int64_t> rows;
     for (int64_t p : sampler.indices()) rows.push_back(split.train[p]);
+    const int64_t skipped_batches = skip_batches;
+    if (skip_batches > 0) {  // resuming mid-epoch: the same order, minus what was done
+      rows.erase(rows.begin(), rows.begin() + std::min<int64_t>(rows.size(), skip_batches * lo.batch_size));
+      skip_batches = 0;
+    }
     BatchLoader loader(index, rows, ImageTransform(to), epoch, lo);
     model->train();
     optimizer->zero_grad();
     double loss_sum = 0.0, seen = 0.0, window_loss = 0.0, window_n = 0.0;
     int64_t skipped = 0, batch_i = 0;
+    const int64_t epoch_batches = loader.num_batches() + skipped_batches;
     auto last_print = Clock::now();
     while (auto batch = loader.next()) {
       skipped += batch->skipped;
       const int64_t n = batch->images.size(0);
+      const bool sync_step = (batch_i + 1) % accum == 0 || batch_i + 1 == loader.num_batches();
+      ddp.set_require_sync(sync_step);
       if (n > 0) {
+        ddp.before_forward();
         const torch::Tensor x = model_input(batch->images, config.model.in_channels, options.device);
         const torch::Tensor y = batch->labels.to(options.device, true);
         const torch::Tensor loss = torch::binary_cross_entropy_with_logits(model->forward(x), y);
@@ -195,7 +235,8 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
         loss_sum += l * n, seen += n, window_loss += l * n, window_n += n;
       }
       ++batch_i;
-      if (batch_i % accum == 0 || batch_i == loader.num_batches()) {
+      if (sync_step) {
+        ddp.finish_gradient_sync();
         if (config.optim.grad_clip > 0)
           torch::nn::utils::clip_grad_norm_(model->parameters(), config.optim.grad_clip);
         lr = scheduled_lr(meta.step, total_steps, warmup_steps, config.optim.lr, config.optim.min_lr_ratio);
@@ -203,13 +244,30 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
         optimizer->step();
         optimizer->zero_grad();
         ++meta.step;
+        // A stop request (SIGTERM/SIGINT) on any rank stops every rank at this same step.
+        const int local_stop = options.stop_signal ? options.stop_signal->load() : 0;
+        torch::Tensor stop = torch::tensor({static_cast<double>(local_stop)}, torch::kDouble);
+        if (collectives.world_size() > 1) collectives.all_reduce_sum(stop);
+        if (stop.item<double>() > 0 && !summary.stopped_by_signal) {
+          summary.stopped_by_signal = local_stop > 0 ? local_stop : SIGTERM;
+          if (batch_i < loader.num_batches()) {  // mid-epoch: save where we are (else finish the epoch)
+            meta.epoch_batches_done = skipped_batches + batch_i;
+            sync_buffers();
+            if (main) save(ckpt_dir + "/last.pt");
+            collectives.barrier();
+            log.warn("stopped at epoch " + std::to_string(epoch + 1) + " batch " +
+                     std::to_string(meta.epoch_batches_done) + "/" + std::to_string(epoch_batches) +
+                     "; saved " + ckpt_dir + "/last.pt (resume with --resume)");
+            return summary;
+          }
+        }
       }
       if (seconds_since(last_print) >= config.train.log_every_seconds || batch_i == loader.num_batches()) {
         const double elapsed = seconds_since(epoch_start);
         const double ips = seen * collectives.world_size() / std::max(elapsed, 1e-9);
         const double eta = elapsed / batch_i * (loader.num_batches() - batch_i);
         log.info("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.train.epochs) + " step " +
-                 std::to_string(batch_i) + "/" + std::to_string(loader.num_batches()) + " loss " +
+                 std::to_string(skipped_batches + batch_i) + "/" + std::to_string(epoch_batches) + " loss " +
                  fmt(window_n > 0 ? window_loss / window_n : 0.0) + " lr " + fmt(lr, 6) + " " + fmt(ips, 1) +
                  " img/s eta " + fmt_duration(eta));
         window_loss = window_n = 0.0;
@@ -222,6 +280,7 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     const double train_loss = stats[0].item<double>() / std::max(1.0, stats[1].item<double>());
     const double images_per_sec = stats[1].item<double>() / std::max(train_seconds, 1e-9);
 
+    sync_buffers();
     const InferenceResult val = run_inference(*model, index, split.val, io, collectives);
     const double val_loss = torch::binary_cross_entropy_with_logits(val.logits, val.labels).item<double>();
     const AucReport auc = multilabel_auc(val.logits, val.labels, index.label_names);
@@ -231,6 +290,7 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     const bool improved = !std::isnan(auc.mean) && auc.mean > meta.best_metric;
     if (improved) meta.best_metric = auc.mean;
     meta.epoch = epoch + 1;
+    meta.epoch_batches_done = 0;
     summary.last_auc = auc.mean;
     summary.best_auc = meta.best_metric;
     summary.epochs = meta.epoch;
@@ -254,13 +314,12 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
       j["val_images"] = val.rows.size(0);
       j["skipped_images"] = stats[2].item<int64_t>() + val.skipped;
       std::ofstream((out_dir / "metrics.jsonl").string(), std::ios::app) << j.dump() << "\n";
-      const std::string ckpt_dir = (out_dir / "checkpoints").string();
-      save_checkpoint(ckpt_dir + "/last.pt", meta, *model, optimizer.get());
-      if (improved) save_checkpoint(ckpt_dir + "/best.pt", meta, *model, optimizer.get());
+      save(ckpt_dir + "/last.pt");
+      if (improved) save(ckpt_dir + "/best.pt");
       if (config.output.keep_every > 0 && meta.epoch % config.output.keep_every == 0) {
         std::ostringstream name;
         name << ckpt_dir << "/epoch_" << std::setw(3) << std::setfill('0') << meta.epoch << ".pt";
-        save_checkpoint(name.str(), meta, *model, optimizer.get());
+        save(name.str());
       }
     }
     collectives.barrier();
@@ -271,6 +330,11 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     if (stats[2].item<int64_t>() + val.skipped > 0)
       log.warn(std::to_string(stats[2].item<int64_t>() + val.skipped) +
                " unreadable images skipped this epoch");
+    if (summary.stopped_by_signal) {
+      log.warn("stopped after epoch " + std::to_string(epoch + 1) + "; saved " + ckpt_dir +
+               "/last.pt (resume with --resume)");
+      return summary;
+    }
   }
   return summary;
 }

@@ -2,6 +2,7 @@
 // atomic last/best checkpoints, resume. Rank-aware through Collectives: only the main rank writes files.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -14,12 +15,16 @@ namespace ranzcr {
 struct TrainOptions {
   std::string resume_path;  // checkpoint to resume from ("" = fresh run)
   torch::Device device = torch::kCPU;
+  /// Set (to a signal number) by a signal handler: save last.pt at the next step and stop. The decision
+  /// is all-reduced every step, so every rank stops at the same step.
+  const std::atomic<int>* stop_signal = nullptr;
 };
 
 struct TrainSummary {
   double best_auc = -1.0;
   double last_auc = -1.0;
   int64_t epochs = 0;
+  int stopped_by_signal = 0;  // non-zero: stopped early after saving last.pt
 };
 
 /// Learning rate at optimizer step `step` (0-based): linear warmup to `lr` over `warmup_steps`, then

@@ -1,0 +1,186 @@
+#include "distributed/ddp.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <mutex>
+
+namespace ranzcr {
+
+void broadcast_coalesced(Collectives& collectives, const std::vector<torch::Tensor>& tensors, int root) {
+  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+  torch::NoGradGuard no_grad;
+  for (auto& kv : by_dtype) {
+    std::vector<torch::Tensor> flat_parts;
+    for (const auto& t : kv.second) flat_parts.push_back(t.detach().reshape(-1));
+    torch::Tensor flat = torch::cat(flat_parts);
+    collectives.broadcast(flat, root);
+    int64_t offset = 0;
+    for (auto& t : kv.second) {
+      t.detach().copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+}
+
+struct DistributedDataParallel::State {
+  using Accumulator = decltype(torch::autograd::impl::grad_accumulator(std::declval<torch::Tensor>()));
+  Collectives* collectives = nullptr;
+  DdpOptions options;
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> buffers;
+  std::vector<Accumulator> accumulators;      // kept alive: the hooks live on them
+  std::vector<std::vector<int64_t>> buckets;  // parameter indices, in launch order
+  std::vector<int64_t> bucket_of;
+  bool enabled = true;
+  bool sync = true;
+
+  std::mutex mutex;
+  std::vector<char> ready;
+  std::vector<int64_t> pending;  // per bucket: gradients not yet ready
+  int64_t next_launch = 0;
+  int64_t launched_in_backward = 0;
+  int64_t last_launched_in_backward = 0;
+  std::vector<torch::Tensor> flat;  // per bucket, while in flight
+  std::vector<std::unique_ptr<Collectives::Pending>> inflight;
+
+  void reset() {
+    ready.assign(params.size(), 0);
+    pending.clear();
+    for (const auto& b : buckets) pending.push_back(static_cast<int64_t>(b.size()));
+    next_launch = 0;
+    launched_in_backward = 0;
+    flat.assign(buckets.size(), torch::Tensor());
+    inflight.clear();
+    inflight.resize(buckets.size());
+  }
+
+  // Caller holds the mutex.
+  void launch(int64_t b) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> parts;
+    for (int64_t i : buckets[b]) {
+      const torch::Tensor& g = params[i].grad();
+      parts.push_back(g.defined() ? g.reshape(-1) : torch::zeros({params[i].numel()}, params[i].options()));
+    }
+    flat[b] = torch::cat(parts).div_(collectives->world_size());
+    inflight[b] = collectives->all_reduce_sum_async(flat[b]);
+  }
+
+  void on_grad_ready(int64_t i) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!enabled || !sync || ready[i]) return;
+    ready[i] = 1;
+    --pending[bucket_of[i]];
+    while (next_launch < static_cast<int64_t>(buckets.size()) && pending[next_launch] == 0) {
+      launch(next_launch++);
+      ++launched_in_backward;
+    }
+  }
+};
+
+DistributedDataParallel::DistributedDataParallel(torch::nn::Module& module, Collectives& collectives,
+                                                 DdpOptions options)
+    : state_(std::make_shared<State>()) {
+  State& s = *state_;
+  s.collectives = &collectives;
+  s.options = options;
+  for (const auto& p : module.parameters())
+    if (p.requires_grad()) s.params.push_back(p);
+  s.buffers = module.buffers();
+  if (collectives.world_size() == 1) return;
+
+  std::vector<torch::Tensor> all = s.params;
+  all.insert(all.end(), s.buffers.begin(), s.buffers.end());
+  broadcast_coalesced(collectives, all, 0);
+
+  // Buckets in reverse parameter order: gradients of the last layers are ready first.
+  s.bucket_of.assign(s.params.size(), -1);
+  int64_t bytes = 0;
+  for (int64_t i = static_cast<int64_t>(s.params.size()) - 1; i >= 0; --i) {
+    const int64_t size = s.params[i].numel() * s.params[i].element_size();
+    if (s.buckets.empty() || (bytes > 0 && bytes + size > options.bucket_bytes)) {
+      s.buckets.emplace_back();
+      bytes = 0;
+    }
+    s.buckets.back().push_back(i);
+    s.bucket_of[i] = static_cast<int64_t>(s.buckets.size()) - 1;
+    bytes += size;
+  }
+  s.reset();
+  std::weak_ptr<State> weak = state_;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(s.params[i]);
+    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          if (auto st = weak.lock()) st->on_grad_ready(static_cast<int64_t>(i));
+          return outputs;
+        }));
+    s.accumulators.push_back(std::move(acc));
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->enabled = false;
+}
+
+void DistributedDataParallel::before_forward() {
+  State& s = *state_;
+  if (s.collectives->world_size() == 1 || !s.options.broadcast_buffers || s.buffers.empty()) return;
+  broadcast_coalesced(*s.collectives, s.buffers, 0);
+}
+
+void DistributedDataParallel::set_require_sync(bool sync) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->sync = sync;
+}
+
+void DistributedDataParallel::finish_gradient_sync() {
+  State& s = *state_;
+  if (s.collectives->world_size() == 1) return;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.sync) return;
+  while (s.next_launch < static_cast<int64_t>(s.buckets.size())) s.launch(s.next_launch++);
+  torch::NoGradGuard no_grad;
+  for (size_t b = 0; b < s.buckets.size(); ++b) {
+    s.inflight[b]->wait();
+    int64_t offset = 0;
+    for (int64_t i : s.buckets[b]) {
+      torch::Tensor& p = s.params[i];
+      const torch::Tensor part = s.flat[b].narrow(0, offset, p.numel()).view_as(p);
+      if (p.grad().defined())
+        p.mutable_grad().copy_(part);
+      else
+        p.mutable_grad() = part.clone();
+      offset += p.numel();
+    }
+  }
+  s.last_launched_in_backward = s.launched_in_backward;
+  s.reset();
+}
+
+void DistributedDataParallel::average_buffers() {
+  State& s = *state_;
+  if (s.collectives->world_size() == 1) return;
+  torch::NoGradGuard no_grad;
+  for (auto& b : s.buffers) {
+    if (!b.is_floating_point()) continue;  // counters (num_batches_tracked) stay as they are
+    torch::Tensor t = b.detach().clone();
+    s.collectives->all_reduce_sum(t);
+    b.detach().copy_(t.div_(s.collectives->world_size()));
+  }
+}
+
+int64_t DistributedDataParallel::num_buckets() const {
+  return static_cast<int64_t>(state_->buckets.size());
+}
+
+int64_t DistributedDataParallel::launched_during_backward() const {
+  return state_->last_launched_in_backward;
+}
+
+}  // namespace ranzcr

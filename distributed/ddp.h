@@ -1,0 +1,52 @@
+// Data-parallel gradient synchronisation (what PyTorch's DistributedDataParallel does), for any
+// torch::nn::Module: parameters and buffers broadcast from rank 0 at construction; gradients grouped in
+// buckets (reverse parameter order, ~25 MiB) and each bucket's async all-reduce launched from the
+// autograd engine as soon as its last gradient is accumulated, overlapping the rest of backward.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+
+#include "distributed/collectives.h"
+
+namespace ranzcr {
+
+struct DdpOptions {
+  int64_t bucket_bytes = 25 * 1024 * 1024;  // gradient bucket capacity
+  bool broadcast_buffers = true;            // BatchNorm statistics from rank 0 before every forward
+};
+
+class DistributedDataParallel {
+ public:
+  /// Broadcasts `module`'s parameters and buffers from rank 0 and installs the gradient hooks.
+  /// With one process every call below is a no-op.
+  DistributedDataParallel(torch::nn::Module& module, Collectives& collectives, DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  /// Call before each training forward: broadcasts buffers from rank 0 (when configured).
+  void before_forward();
+  /// false for gradient-accumulation micro-steps (no communication, gradients accumulate locally);
+  /// true (the default) for the backward that precedes an optimizer step.
+  void set_require_sync(bool sync);
+  /// Call after backward on a sync step: launches the buckets backward did not (parameters without a
+  /// gradient contribute zeros), waits for all, and leaves every gradient averaged over the ranks.
+  void finish_gradient_sync();
+  /// Averages buffers (BatchNorm running statistics) over the ranks.
+  void average_buffers();
+
+  int64_t num_buckets() const;
+  /// Buckets launched from inside the last backward (before it returned): the overlap, instrumented.
+  int64_t launched_during_backward() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+/// Broadcasts `tensors` from `root` with one collective per dtype (flattened), in place.
+void broadcast_coalesced(Collectives& collectives, const std::vector<torch::Tensor>& tensors, int root);
+
+}  // namespace ranzcr
