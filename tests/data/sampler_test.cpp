@@ -61,6 +61,31 @@ TEST(Sampler, EvaluationShardsWithoutPadding) {
   EXPECT_EQ(all, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
+TEST(Sampler, RanksShareOnePermutationPerSeedAndEpoch) {
+  for (int64_t epoch : {0, 4}) {
+    // Interleaving the shards (rank r holds positions r, r + world, ...) gives back one padded permutation,
+    // the same one whichever sampler object computes it.
+    std::vector<std::vector<int64_t>> shards;
+    for (int r = 0; r < 3; ++r) {
+      DistributedSampler s(20, opts(r, 3, 7));
+      s.set_epoch(epoch);
+      shards.push_back(s.indices());
+      DistributedSampler again(20, opts(r, 3, 7));
+      again.set_epoch(epoch);
+      EXPECT_EQ(again.indices(), shards.back());
+    }
+    std::vector<int64_t> merged;
+    for (size_t i = 0; i < shards[0].size(); ++i)
+      for (int r = 0; r < 3; ++r) merged.push_back(shards[r][i]);
+    SamplerOptions one = opts(0, 1, 7);
+    DistributedSampler whole(20, one);
+    whole.set_epoch(epoch);
+    std::vector<int64_t> expected = whole.indices();
+    expected.push_back(expected[0]);  // 20 -> 21: padded with the first index
+    EXPECT_EQ(merged, expected);
+  }
+}
+
 TEST(Sampler, OrderChangesWithEpoch) {
   DistributedSampler s(50, opts(0, 1));
   const auto a = s.indices();

@@ -1,0 +1,185 @@
+// Multi-process tests: the test binary re-executes itself as Gloo workers on localhost through the
+// self-launcher. Worker bodies are DISABLED_ tests, run only inside those workers.
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "distributed/ddp.h"
+#include "distributed/launcher.h"
+#include "distributed/process_group.h"
+#include "engine/inference.h"
+#include "tests/test_util.h"
+
+namespace ranzcr {
+namespace {
+
+std::string worker_dir() {
+  return std::getenv("RANZCR_TEST_DIR");
+}
+
+int run_test_workers(const std::string& worker, int nproc, const std::string& dir) {
+  LaunchOptions lo;
+  lo.args = {"--gtest_also_run_disabled_tests", "--gtest_filter=DistributedWorker.DISABLED_" + worker};
+  lo.nproc = nproc;
+  lo.grace_seconds = 3;
+  lo.extra_env = {{"RANZCR_TEST_DIR", dir}};
+  return launch_workers(lo);
+}
+
+std::shared_ptr<Collectives> join() {
+  const auto world = worker_from_env(current_environment(), false);
+  EXPECT_TRUE(world.has_value()) << "not started as a worker";
+  ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(30);
+  return init_process_group(*world, o);
+}
+
+// Convolutions and a linear layer, no BatchNorm: N ranks x batch B must equal 1 rank x batch N*B.
+struct SmallNet : torch::nn::Module {
+  SmallNet() {
+    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
+    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3)));
+    fc = register_module("fc", torch::nn::Linear(8 * 4 * 4, 11));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(conv1->forward(x));
+    x = torch::relu(conv2->forward(x));
+    return fc->forward(x.flatten(1));
+  }
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
+constexpr int kSteps = 5, kBatch = 8, kAccum = 2;
+
+// kSteps SGD steps; each rank takes its kBatch-slice of the global batch, in kAccum micro-batches.
+void run_steps(SmallNet& net, int rank, int world, DistributedDataParallel* ddp) {
+  torch::manual_seed(123);
+  const torch::Tensor x = torch::rand({kSteps, 2 * kBatch, 1, 8, 8});
+  const torch::Tensor y = (torch::rand({kSteps, 2 * kBatch, 11}) > 0.7).to(torch::kFloat);
+  torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  const int64_t per_rank = 2 * kBatch / world, micro = per_rank / kAccum;
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    for (int m = 0; m < kAccum; ++m) {
+      if (ddp) ddp->set_require_sync(m == kAccum - 1);
+      const int64_t start = rank * per_rank + m * micro;
+      const torch::Tensor xb = x[s].narrow(0, start, micro), yb = y[s].narrow(0, start, micro);
+      (torch::binary_cross_entropy_with_logits(net.forward(xb), yb) / kAccum).backward();
+    }
+    if (ddp) ddp->finish_gradient_sync();
+    opt.step();
+  }
+}
+
+TEST(DistributedWorker, DISABLED_Equivalence) {
+  auto coll = join();
+  torch::manual_seed(coll->rank() == 0 ? 0 : 99);  // rank 1 starts elsewhere: the broadcast must fix it
+  SmallNet net;
+  DdpOptions o;
+  o.bucket_bytes = 1024;  // several buckets
+  DistributedDataParallel ddp(net, *coll, o);
+  run_steps(net, coll->rank(), coll->world_size(), &ddp);
+  const std::string d = worker_dir();
+  torch::save(net.parameters(), d + "/params_" + std::to_string(coll->rank()) + ".pt");
+  torch::save(std::vector<torch::Tensor>{torch::tensor({ddp.num_buckets(), ddp.launched_during_backward()})},
+              d + "/ddp_stats_" + std::to_string(coll->rank()) + ".pt");
+  coll->shutdown();
+}
+
+TEST(DistributedWorker, DISABLED_Evaluation) {
+  auto coll = join();
+  const std::string d = worker_dir();
+  const DatasetIndex index = load_index(d + "/ds/train.csv", d + "/ds/train", IndexOptions{});
+  torch::manual_seed(5);
+  auto model = create_model("tiny_cnn", ModelSpec{});
+  InferenceOptions io;
+  io.image_size = 32;
+  io.batch_size = 4;
+  const std::vector<int64_t> rows = {12, 3, 7, 0, 19, 5, 8};  // 7 rows on 2 ranks
+  const InferenceResult r = run_inference(*model, index, rows, io, *coll);
+  torch::save(std::vector<torch::Tensor>{r.logits, r.labels, r.rows},
+              d + "/eval_" + std::to_string(coll->rank()) + ".pt");
+  coll->shutdown();
+}
+
+TEST(DistributedWorker, DISABLED_FailFast) {
+  auto coll = join();
+  test::write_file(worker_dir() + "/pid_" + std::to_string(coll->rank()), std::to_string(getpid()));
+  for (int i = 0;; ++i) {  // "training": a collective every few milliseconds
+    torch::Tensor t = torch::ones({1000});
+    coll->all_reduce_sum(t);
+    if (coll->rank() == 1 && i == 20) std::exit(3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<torch::Tensor> load_tensors(const std::string& path) {
+  std::vector<torch::Tensor> v;
+  torch::load(v, path);
+  return v;
+}
+
+TEST(Distributed, TwoRanksEqualOneRankWithTheGlobalBatch) {
+  test::TempDir dir;
+  ASSERT_EQ(run_test_workers("Equivalence", 2, dir.str()), 0);
+  const auto p0 = load_tensors(dir / "params_0.pt"), p1 = load_tensors(dir / "params_1.pt");
+  torch::manual_seed(0);
+  SmallNet reference;
+  run_steps(reference, 0, 1, nullptr);
+  const auto pr = reference.parameters();
+  ASSERT_EQ(p0.size(), pr.size());
+  for (size_t i = 0; i < pr.size(); ++i) {
+    EXPECT_TRUE(torch::equal(p0[i], p1[i])) << "ranks differ in parameter " << i;
+    EXPECT_LE((p0[i] - pr[i]).abs().max().item<double>(), 1e-5) << "parameter " << i;
+  }
+}
+
+TEST(Distributed, AllReduceStartsBeforeBackwardReturns) {
+  test::TempDir dir;
+  ASSERT_EQ(run_test_workers("Equivalence", 2, dir.str()), 0);
+  for (int r = 0; r < 2; ++r) {
+    const auto stats = load_tensors(dir / ("ddp_stats_" + std::to_string(r) + ".pt"))[0];
+    EXPECT_GE(stats[0].item<int64_t>(), 3) << "buckets";
+    EXPECT_GE(stats[1].item<int64_t>(), 1) << "buckets launched from inside backward";
+  }
+}
+
+TEST(Distributed, ShardedEvaluationEqualsSingleProcess) {
+  test::TempDir dir;
+  test::make_dataset(dir / "ds", 20, 64, 0);
+  ASSERT_EQ(run_test_workers("Evaluation", 2, dir.str()), 0);
+  const DatasetIndex index = load_index(dir / "ds/train.csv", dir / "ds/train", IndexOptions{});
+  torch::manual_seed(5);
+  auto model = create_model("tiny_cnn", ModelSpec{});
+  InferenceOptions io;
+  io.image_size = 32;
+  io.batch_size = 4;
+  auto local = make_local_collectives();
+  const InferenceResult single = run_inference(*model, index, {12, 3, 7, 0, 19, 5, 8}, io, *local);
+  for (int r = 0; r < 2; ++r) {
+    const auto got = load_tensors(dir / ("eval_" + std::to_string(r) + ".pt"));
+    EXPECT_TRUE(torch::equal(got[2], single.rows)) << "rank " << r;
+    EXPECT_TRUE(torch::equal(got[1], single.labels)) << "rank " << r;
+    EXPECT_LE((got[0] - single.logits).abs().max().item<double>(), 1e-6) << "rank " << r;
+  }
+}
+
+TEST(Distributed, LauncherFailsFastAndLeavesNoProcess) {
+  test::TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  const int status = run_test_workers("FailFast", 2, dir.str());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(status, 3);
+  EXPECT_LT(seconds, 10.0);
+  for (int r = 0; r < 2; ++r) {
+    const pid_t pid = std::stoi(test::read_file(dir / ("pid_" + std::to_string(r))));
+    EXPECT_EQ(::kill(pid, 0), -1) << "rank " << r << " (pid " << pid << ") still exists";
+  }
+}
+
+}  // namespace
+}  // namespace ranzcr
