@@ -1,0 +1,252 @@
+// The ranzcr binary as a distributed job on localhost (Gloo, CPU): real launchers and workers.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "distributed/launcher.h"
+#include "engine/checkpoint.h"
+#include "models/registry.h"
+#include "tests/test_util.h"
+
+namespace ranzcr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Starts the ranzcr binary with `args` and extra environment, output to `log`; returns its pid.
+pid_t spawn(const std::vector<std::string>& args, const EnvMap& extra, const std::string& log) {
+  std::vector<std::string> argv_s{RANZCR_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  EnvMap env = current_environment();
+  for (const auto& kv : extra) env[kv.first] = kv.second;
+  std::vector<std::string> env_s;
+  for (const auto& kv : env) env_s.push_back(kv.first + "=" + kv.second);
+  std::vector<char*> argv, envp;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  for (auto& e : env_s) envp.push_back(e.data());
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(fd);
+  return pid;
+}
+
+// Exit status (128 + signal when killed), or -1 after `timeout` seconds (the process is then killed).
+int wait_exit(pid_t pid, double timeout) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+  int status = 0;
+  while (Clock::now() < deadline) {
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+// Live processes (not zombies) whose command line mentions `marker`.
+std::vector<pid_t> processes_mentioning(const std::string& marker) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = test::read_file(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    const std::string stat = test::read_file(e.path() / "stat");
+    const size_t close = stat.rfind(')');
+    const bool zombie = close != std::string::npos && stat.size() > close + 2 && stat[close + 2] == 'Z';
+    if (cmd.find(marker) != std::string::npos && !zombie && std::stoi(name) != ::getpid())
+      out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+bool wait_for_file(const std::string& path, double timeout) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+  while (Clock::now() < deadline) {
+    if (std::filesystem::exists(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::vector<nlohmann::json> metrics(const std::string& run) {
+  std::vector<nlohmann::json> lines;
+  std::stringstream ss(test::read_file(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(ss, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+class DistributedCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    test::make_dataset(*dir_ / "ds", 96, 64, 0);
+    test::write_file(*dir_ / "cfg.yaml",
+                     "data:\n  root: " + *dir_ / "ds" +
+                         "\n  image_size: 32\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 2\n"
+                         "  batch_size: 8\n  log_every_seconds: 0.2\ndistributed:\n"
+                         "  timeout_seconds: 60\n  grace_seconds: 5\n");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  // `train` arguments for a run folder `name` with more --set overrides.
+  static std::vector<std::string> train_args(const std::string& name, std::vector<std::string> sets) {
+    std::vector<std::string> a = {"train", "--config", *dir_ / "cfg.yaml", "--set",
+                                  "output.dir=" + *dir_ / name};
+    for (auto& s : sets) a.insert(a.end(), {"--set", s});
+    return a;
+  }
+  static std::string run_dir(const std::string& name) { return *dir_ / name; }
+  static test::TempDir* dir_;
+};
+test::TempDir* DistributedCliTest::dir_ = nullptr;
+
+TEST_F(DistributedCliTest, SigtermToLauncherStopsWorkersAndLeavesAResumableCheckpoint) {
+  const std::string run = run_dir("sigterm");
+  const pid_t launcher =
+      spawn(train_args("sigterm", {"distributed.nproc_per_node=2", "train.epochs=500"}), {}, run + ".log");
+  ASSERT_TRUE(wait_for_file(run + "/checkpoints/last.pt", 60)) << test::read_file(run + ".log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the next epoch
+  ::kill(launcher, SIGTERM);
+  const int status = wait_exit(launcher, 30);
+  const std::string log = test::read_file(run + ".log");
+  EXPECT_EQ(status, 128 + SIGTERM) << log;
+  EXPECT_TRUE(processes_mentioning(run).empty()) << "processes left behind";
+  const CheckpointMeta meta = read_checkpoint_meta(run + "/checkpoints/last.pt");
+  EXPECT_EQ(meta.world_size, 2);
+  EXPECT_NE(log.find("saved " + run + "/checkpoints/last.pt"), std::string::npos) << log;
+  // Resumable: one more epoch from it.
+  const int64_t epochs = meta.epoch + 1;
+  auto args =
+      train_args("sigterm", {"distributed.nproc_per_node=2", "train.epochs=" + std::to_string(epochs)});
+  args.insert(args.end(), {"--resume", run + "/checkpoints/last.pt"});
+  const pid_t resumed = spawn(args, {}, run + ".resume.log");
+  ASSERT_EQ(wait_exit(resumed, 90), 0) << test::read_file(run + ".resume.log");
+  EXPECT_EQ(metrics(run).back()["epoch"].get<int64_t>(), epochs);
+}
+
+TEST_F(DistributedCliTest, SigkillOfOneWorkerEndsTheJob) {
+  const std::string run = run_dir("sigkill");
+  const pid_t launcher =
+      spawn(train_args("sigkill", {"distributed.nproc_per_node=2", "train.epochs=500"}), {}, run + ".log");
+  ASSERT_TRUE(wait_for_file(run + "/checkpoints/last.pt", 60)) << test::read_file(run + ".log");
+  std::vector<pid_t> workers;
+  for (pid_t p : processes_mentioning(run))
+    if (p != launcher) workers.push_back(p);
+  ASSERT_EQ(workers.size(), 2u);
+  const auto start = Clock::now();
+  ::kill(workers[1], SIGKILL);
+  const int status = wait_exit(launcher, 30);
+  EXPECT_GT(status, 0) << test::read_file(run + ".log");
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 30.0);
+  EXPECT_TRUE(processes_mentioning(run).empty()) << "processes left behind";
+  EXPECT_NE(test::read_file(run + ".log").find("was killed by signal"), std::string::npos);
+}
+
+TEST_F(DistributedCliTest, TwoNodesOnLocalhostTrainOneJob) {
+  const std::string port = std::to_string(pick_free_port());
+  std::vector<pid_t> nodes;
+  for (int n = 0; n < 2; ++n)
+    nodes.push_back(spawn(train_args("nodes", {"train.epochs=1"}),
+                          {{"NNODES", "2"},
+                           {"NODE_RANK", std::to_string(n)},
+                           {"MASTER_ADDR", "127.0.0.1"},
+                           {"MASTER_PORT", port}},
+                          run_dir("nodes") + ".node" + std::to_string(n) + ".log"));
+  for (int n = 0; n < 2; ++n)
+    EXPECT_EQ(wait_exit(nodes[n], 90), 0)
+        << test::read_file(run_dir("nodes") + ".node" + std::to_string(n) + ".log");
+  const std::string log0 = test::read_file(run_dir("nodes") + ".node0.log");
+  EXPECT_NE(log0.find("world size 2, 1 ranks per node"), std::string::npos) << log0;
+  EXPECT_EQ(metrics(run_dir("nodes")).size(), 1u);
+}
+
+// Workers started by someone else: torchrun (with the store hosted by its agent, here this test) and srun.
+TEST_F(DistributedCliTest, RunsAsAWorkerUnderTorchrunAndSlurm) {
+  const int port = pick_free_port();
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(port);
+  so.isServer = true;
+  so.waitWorkers = false;
+  auto agent_store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(spawn(train_args("torchrun", {"train.epochs=1"}),
+                          {{"RANK", std::to_string(r)},
+                           {"LOCAL_RANK", std::to_string(r)},
+                           {"WORLD_SIZE", "2"},
+                           {"LOCAL_WORLD_SIZE", "2"},
+                           {"GROUP_RANK", "0"},
+                           {"MASTER_ADDR", "127.0.0.1"},
+                           {"MASTER_PORT", std::to_string(port)},
+                           {"TORCHELASTIC_RUN_ID", "test"},
+                           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                           {"TORCHELASTIC_RESTART_COUNT", "0"}},
+                          run_dir("torchrun") + std::to_string(r) + ".log"));
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(wait_exit(ranks[r], 90), 0)
+        << test::read_file(run_dir("torchrun") + std::to_string(r) + ".log");
+  const std::string t0 = test::read_file(run_dir("torchrun") + "0.log");
+  EXPECT_NE(t0.find("world size 2"), std::string::npos) << t0;
+  EXPECT_NE(t0.find("launcher torchrun"), std::string::npos) << t0;
+  EXPECT_EQ(t0.find("launching"), std::string::npos) << "a worker must not spawn";
+  // The workers used the agent's store, under torchrun's prefix.
+  EXPECT_TRUE(agent_store->check({"/worker/attempt_0/ranzcr/joined"}));
+
+  const std::string slurm_port = std::to_string(pick_free_port());
+  ranks.clear();
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(spawn(train_args("slurm", {"train.epochs=1"}),
+                          {{"SLURM_PROCID", std::to_string(r)},
+                           {"SLURM_NTASKS", "2"},
+                           {"SLURM_LOCALID", std::to_string(r)},
+                           {"SLURM_NODEID", "0"},
+                           {"SLURM_STEP_TASKS_PER_NODE", "2"},
+                           {"SLURM_JOB_NODELIST", "localhost"},
+                           {"SLURM_JOB_ID", "42"},
+                           {"MASTER_PORT", slurm_port}},
+                          run_dir("slurm") + std::to_string(r) + ".log"));
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(wait_exit(ranks[r], 90), 0) << test::read_file(run_dir("slurm") + std::to_string(r) + ".log");
+  const std::string s0 = test::read_file(run_dir("slurm") + "0.log");
+  EXPECT_NE(s0.find("world size 2, 2 ranks per node"), std::string::npos) << s0;
+  EXPECT_NE(s0.find("launcher slurm"), std::string::npos) << s0;
+  EXPECT_EQ(metrics(run_dir("slurm")).size(), 1u);
+}
+
+TEST_F(DistributedCliTest, ResumingATwoRankRunEqualsTheUninterruptedRun) {
+  const auto full =
+      spawn(train_args("full", {"distributed.nproc_per_node=2", "train.epochs=4", "output.keep_every=2"}), {},
+            run_dir("full") + ".log");
+  ASSERT_EQ(wait_exit(full, 120), 0) << test::read_file(run_dir("full") + ".log");
+  auto args = train_args("resumed", {"distributed.nproc_per_node=2", "train.epochs=4"});
+  args.insert(args.end(), {"--resume", run_dir("full") + "/checkpoints/epoch_002.pt"});
+  const auto resumed = spawn(args, {}, run_dir("resumed") + ".log");
+  ASSERT_EQ(wait_exit(resumed, 120), 0) << test::read_file(run_dir("resumed") + ".log");
+  auto a = create_model("tiny_cnn", ModelSpec{}), b = create_model("tiny_cnn", ModelSpec{});
+  load_checkpoint(run_dir("full") + "/checkpoints/last.pt", *a, nullptr);
+  load_checkpoint(run_dir("resumed") + "/checkpoints/last.pt", *b, nullptr);
+  const auto pb = b->named_parameters();
+  for (const auto& kv : a->named_parameters())
+    EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
+  EXPECT_EQ(metrics(run_dir("full")).back()["val_auc_mean"],
+            metrics(run_dir("resumed")).back()["val_auc_mean"]);
+}
+
+}  // namespace
+}  // namespace ranzcr
