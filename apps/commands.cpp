@@ -93,8 +93,8 @@ std::shared_ptr<Classifier> load_model(const EvalArgs& args, const Config& confi
   spec.num_classes = static_cast<int>(meta.label_names.size());
   spec.dropout = config.model.dropout;
   auto model = create_model(meta.model_name, spec);
-  load_checkpoint(args.checkpoint, *model, nullptr);
   model->to(device);
+  load_checkpoint(args.checkpoint, *model, nullptr, device);
   model->eval();
   return model;
 }

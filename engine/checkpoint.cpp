@@ -30,11 +30,12 @@ std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
-torch::serialize::InputArchive open_archive(const std::string& path) {
+torch::serialize::InputArchive open_archive(const std::string& path,
+                                            const torch::Device& device = torch::kCPU) {
   if (!fs::is_regular_file(path)) throw std::runtime_error("checkpoint not found: " + path);
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(path);
+    archive.load_from(path, device);
   } catch (const std::exception&) {
     throw std::runtime_error(path + " is not a ranzcr checkpoint (cannot read it as a LibTorch archive)");
   }
@@ -135,8 +136,8 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
 }
 
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
-                               torch::optim::Optimizer* optimizer) {
-  auto archive = open_archive(path);
+                               torch::optim::Optimizer* optimizer, const torch::Device& device) {
+  auto archive = open_archive(path, device);
   CheckpointMeta meta = read_meta(archive, path);
   try {
     torch::serialize::InputArchive model_archive;

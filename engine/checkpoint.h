@@ -33,9 +33,10 @@ void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch:
 /// not a ranzcr checkpoint, or of an unsupported format version.
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
-/// Restores model (and optimizer when non-null) state from `path`; returns its meta.
+/// Restores model (and optimizer when non-null) state from `path`, its tensors loaded onto `device`
+/// (the model's device); returns its meta.
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
-                               torch::optim::Optimizer* optimizer);
+                               torch::optim::Optimizer* optimizer, const torch::Device& device = torch::kCPU);
 
 /// Writes `bytes` to `path` atomically: temporary file in the same folder, fsync, rename, fsync folder.
 void write_file_atomic(const std::string& path, const std::string& bytes);

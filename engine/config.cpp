@@ -62,6 +62,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.log_every_seconds", t.log_every_seconds);
   v("train.num_threads", t.num_threads);
   v("train.tta_hflip", t.tta_hflip);
+  v("train.early_stop_patience", t.early_stop_patience);
   v("distributed.nproc_per_node", c.distributed.nproc_per_node);
   v("distributed.backend", c.distributed.backend);
   v("distributed.init_method", c.distributed.init_method);
@@ -267,6 +268,7 @@ void validate_config(const Config& c) {
   require(c.train.accum_steps >= 1, "train.accum_steps must be at least 1");
   require(c.train.eval_batch_size >= 1, "train.eval_batch_size must be at least 1");
   require(c.train.num_threads >= 0, "train.num_threads must be >= 0");
+  require(c.train.early_stop_patience >= 0, "train.early_stop_patience must be >= 0");
   require(
       c.distributed.backend == "auto" || c.distributed.backend == "gloo" || c.distributed.backend == "nccl",
       "distributed.backend must be auto, gloo or nccl, got '" + c.distributed.backend + "'");

@@ -126,7 +126,8 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     if (saved.label_names != index.label_names)
       throw std::runtime_error("--resume " + options.resume_path +
                                ": the checkpoint's label columns differ from the data's");
-    const CheckpointMeta loaded = load_checkpoint(options.resume_path, *model, optimizer.get());
+    const CheckpointMeta loaded =
+        load_checkpoint(options.resume_path, *model, optimizer.get(), options.device);
     meta.epoch = loaded.epoch;
     meta.step = loaded.step;
     meta.best_metric = loaded.best_metric;
@@ -200,6 +201,7 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
   io.device = options.device;
 
   TrainSummary summary;
+  int64_t epochs_since_best = 0;
   summary.best_auc = meta.best_metric;
   double lr = config.optim.lr;
   for (int64_t epoch = meta.epoch; epoch < config.train.epochs; ++epoch) {
@@ -289,6 +291,13 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     const double epoch_seconds = seconds_since(epoch_start);
     const bool improved = !std::isnan(auc.mean) && auc.mean > meta.best_metric;
     if (improved) meta.best_metric = auc.mean;
+    epochs_since_best = improved ? 0 : epochs_since_best + 1;
+    // Early stopping: rank 0 decides and tells everyone, so no rank waits for the others forever.
+    torch::Tensor stop_early = torch::tensor(
+        {config.train.early_stop_patience > 0 && epochs_since_best >= config.train.early_stop_patience ? 1.0
+                                                                                                       : 0.0},
+        torch::kDouble);
+    collectives.broadcast(stop_early, 0);
     meta.epoch = epoch + 1;
     meta.epoch_batches_done = 0;
     summary.last_auc = auc.mean;
@@ -330,6 +339,11 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     if (stats[2].item<int64_t>() + val.skipped > 0)
       log.warn(std::to_string(stats[2].item<int64_t>() + val.skipped) +
                " unreadable images skipped this epoch");
+    if (stop_early.item<double>() > 0 && epoch + 1 < config.train.epochs) {
+      log.info("early stop: no better val_auc_mean for " + std::to_string(epochs_since_best) + " epochs");
+      summary.early_stopped = true;
+      break;
+    }
     if (summary.stopped_by_signal) {
       log.warn("stopped after epoch " + std::to_string(epoch + 1) + "; saved " + ckpt_dir +
                "/last.pt (resume with --resume)");

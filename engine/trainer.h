@@ -24,7 +24,8 @@ struct TrainSummary {
   double best_auc = -1.0;
   double last_auc = -1.0;
   int64_t epochs = 0;
-  int stopped_by_signal = 0;  // non-zero: stopped early after saving last.pt
+  int stopped_by_signal = 0;   // non-zero: stopped early after saving last.pt
+  bool early_stopped = false;  // train.early_stop_patience reached
 };
 
 /// Learning rate at optimizer step `step` (0-based): linear warmup to `lr` over `warmup_steps`, then

@@ -229,6 +229,50 @@ TEST_F(DistributedCliTest, RunsAsAWorkerUnderTorchrunAndSlurm) {
   EXPECT_EQ(metrics(run_dir("slurm")).size(), 1u);
 }
 
+TEST_F(DistributedCliTest, InitMethodsFileAndTcpAndAveragedBatchNorm) {
+  const auto f = spawn(train_args("file", {"distributed.nproc_per_node=2", "train.epochs=1",
+                                           "distributed.init_method=file://" + *dir_ / "rendezvous",
+                                           "distributed.bn_sync=average"}),
+                       {}, run_dir("file") + ".log");
+  ASSERT_EQ(wait_exit(f, 90), 0) << test::read_file(run_dir("file") + ".log");
+  EXPECT_NE(test::read_file(run_dir("file") + ".log").find("init file://"), std::string::npos);
+  const std::string tcp = "tcp://127.0.0.1:" + std::to_string(pick_free_port());
+  const auto t = spawn(
+      train_args("tcp", {"distributed.nproc_per_node=2", "train.epochs=1", "distributed.init_method=" + tcp}),
+      {}, run_dir("tcp") + ".log");
+  ASSERT_EQ(wait_exit(t, 90), 0) << test::read_file(run_dir("tcp") + ".log");
+  EXPECT_NE(test::read_file(run_dir("tcp") + ".log").find("init " + tcp), std::string::npos);
+}
+
+TEST_F(DistributedCliTest, APeerThatNeverArrivesIsAnErrorNamingHowManyJoined) {
+  const auto start = Clock::now();
+  const auto p = spawn(train_args("alone", {"distributed.timeout_seconds=2"}),
+                       {{"RANK", "0"},
+                        {"WORLD_SIZE", "2"},
+                        {"MASTER_ADDR", "127.0.0.1"},
+                        {"MASTER_PORT", std::to_string(pick_free_port())}},
+                       run_dir("alone") + ".log");
+  const int status = wait_exit(p, 30);
+  const std::string log = test::read_file(run_dir("alone") + ".log");
+  EXPECT_GT(status, 0) << log;
+  EXPECT_LT(status, 128) << "crashed: " << log;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 15.0);
+  EXPECT_NE(log.find("error: rendezvous timed out after 2 s: 1 of 2 ranks joined"), std::string::npos) << log;
+}
+
+TEST_F(DistributedCliTest, WorkersDieWithTheirLauncher) {
+  const std::string run = run_dir("orphans");
+  const pid_t launcher =
+      spawn(train_args("orphans", {"distributed.nproc_per_node=2", "train.epochs=500"}), {}, run + ".log");
+  ASSERT_TRUE(wait_for_file(run + "/checkpoints/last.pt", 60)) << test::read_file(run + ".log");
+  ::kill(launcher, SIGKILL);
+  EXPECT_EQ(wait_exit(launcher, 10), 128 + SIGKILL);
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!processes_mentioning(run).empty() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(processes_mentioning(run).empty()) << "workers outlived their launcher";
+}
+
 TEST_F(DistributedCliTest, ResumingATwoRankRunEqualsTheUninterruptedRun) {
   const auto full =
       spawn(train_args("full", {"distributed.nproc_per_node=2", "train.epochs=4", "output.keep_every=2"}), {},
@@ -246,6 +290,15 @@ TEST_F(DistributedCliTest, ResumingATwoRankRunEqualsTheUninterruptedRun) {
     EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
   EXPECT_EQ(metrics(run_dir("full")).back()["val_auc_mean"],
             metrics(run_dir("resumed")).back()["val_auc_mean"]);
+
+  // Another world size resumes too, with a warning.
+  auto one = train_args("one", {"distributed.nproc_per_node=1", "train.epochs=3"});
+  one.insert(one.end(), {"--resume", run_dir("full") + "/checkpoints/epoch_002.pt"});
+  const auto single = spawn(one, {}, run_dir("one") + ".log");
+  ASSERT_EQ(wait_exit(single, 120), 0) << test::read_file(run_dir("one") + ".log");
+  EXPECT_NE(test::read_file(run_dir("one") + ".log").find("written by 2 processes with 1"),
+            std::string::npos);
+  EXPECT_EQ(metrics(run_dir("one")).back()["epoch"].get<int64_t>(), 3);
 }
 
 }  // namespace

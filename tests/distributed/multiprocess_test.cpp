@@ -43,6 +43,7 @@ struct SmallNet : torch::nn::Module {
     conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
     conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3)));
     fc = register_module("fc", torch::nn::Linear(8 * 4 * 4, 11));
+    unused = register_module("unused", torch::nn::Linear(3, 3));  // never in forward: its gradient is zeros
   }
   torch::Tensor forward(torch::Tensor x) {
     x = torch::relu(conv1->forward(x));
@@ -50,7 +51,7 @@ struct SmallNet : torch::nn::Module {
     return fc->forward(x.flatten(1));
   }
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::Linear fc{nullptr};
+  torch::nn::Linear fc{nullptr}, unused{nullptr};
 };
 
 constexpr int kSteps = 5, kBatch = 8, kAccum = 2;

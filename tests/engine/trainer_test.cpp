@@ -78,6 +78,23 @@ TEST_F(TrainerTest, ResumeFromEpoch2EqualsTheUninterruptedRun) {
                    metrics(resumed).back()["val_auc_mean"].get<double>());
 }
 
+TEST_F(TrainerTest, EarlyStoppingEndsTheRun) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string out = *dir_ / "early";
+  Config c = config(out, 30);
+  c.train.early_stop_patience = 1;
+  c.optim.lr = 1e-9;  // nothing to learn: the AUC stops improving
+  const TrainSummary s = train(c, *coll, log, TrainOptions{});
+  EXPECT_TRUE(s.early_stopped);
+  const auto m = metrics(out);
+  ASSERT_LT(m.size(), 30u);
+  double best_before = -1;
+  for (size_t i = 0; i + 1 < m.size(); ++i)
+    best_before = std::max(best_before, m[i]["val_auc_mean"].get<double>());
+  EXPECT_LE(m.back()["val_auc_mean"].get<double>(), best_before);  // the last epoch did not improve
+}
+
 TEST(Schedule, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(scheduled_lr(0, 100, 10, 1.0, 0.0), 0.1);
   EXPECT_DOUBLE_EQ(scheduled_lr(9, 100, 10, 1.0, 0.0), 1.0);
