@@ -6,6 +6,7 @@
 
 #include <map>
 #include <mutex>
+#include <unordered_set>
 
 namespace ranzcr {
 
@@ -137,6 +138,22 @@ void DistributedDataParallel::before_forward() {
 void DistributedDataParallel::set_require_sync(bool sync) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->sync = sync;
+}
+
+void DistributedDataParallel::prepare_backward(const torch::Tensor& loss) {
+  State& s = *state_;
+  if (s.collectives->world_size() == 1 || !s.sync || !loss.grad_fn()) return;
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<const torch::autograd::Node*> stack{loss.grad_fn().get()};
+  while (!stack.empty()) {
+    const torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (!seen.insert(node).second) continue;
+    for (const auto& edge : node->next_edges())
+      if (edge.function) stack.push_back(edge.function.get());
+  }
+  for (size_t i = 0; i < s.params.size(); ++i)
+    if (!seen.count(s.accumulators[i].get())) s.on_grad_ready(static_cast<int64_t>(i));  // contributes zeros
 }
 
 void DistributedDataParallel::finish_gradient_sync() {

@@ -31,6 +31,10 @@ class DistributedDataParallel {
   /// false for gradient-accumulation micro-steps (no communication, gradients accumulate locally);
   /// true (the default) for the backward that precedes an optimizer step.
   void set_require_sync(bool sync);
+  /// Call with the loss right before backward on a sync step: parameters the loss does not depend on
+  /// (found by walking its autograd graph, like PyTorch's find_unused_parameters) are marked ready at
+  /// once, so their buckets do not wait for a gradient that never comes and overlap is kept.
+  void prepare_backward(const torch::Tensor& loss);
   /// Call after backward on a sync step: launches the buckets backward did not (parameters without a
   /// gradient contribute zeros), waits for all, and leaves every gradient averaged over the ranks.
   void finish_gradient_sync();

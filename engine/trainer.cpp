@@ -232,7 +232,9 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
         const torch::Tensor x = model_input(batch->images, config.model.in_channels, options.device);
         const torch::Tensor y = batch->labels.to(options.device, true);
         const torch::Tensor loss = torch::binary_cross_entropy_with_logits(model->forward(x), y);
-        (loss / accum).backward();
+        const torch::Tensor scaled = loss / accum;
+        if (sync_step) ddp.prepare_backward(scaled);
+        scaled.backward();
         const double l = loss.item<double>();
         loss_sum += l * n, seen += n, window_loss += l * n, window_n += n;
       }

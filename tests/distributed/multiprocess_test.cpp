@@ -69,7 +69,9 @@ void run_steps(SmallNet& net, int rank, int world, DistributedDataParallel* ddp)
       if (ddp) ddp->set_require_sync(m == kAccum - 1);
       const int64_t start = rank * per_rank + m * micro;
       const torch::Tensor xb = x[s].narrow(0, start, micro), yb = y[s].narrow(0, start, micro);
-      (torch::binary_cross_entropy_with_logits(net.forward(xb), yb) / kAccum).backward();
+      const torch::Tensor loss = torch::binary_cross_entropy_with_logits(net.forward(xb), yb) / kAccum;
+      if (ddp && m == kAccum - 1) ddp->prepare_backward(loss);
+      loss.backward();
     }
     if (ddp) ddp->finish_gradient_sync();
     opt.step();
