@@ -99,20 +99,6 @@ std::shared_ptr<Classifier> load_model(const EvalArgs& args, const Config& confi
   return model;
 }
 
-InferenceOptions inference_options(const Config& config, bool tta, torch::Device device) {
-  InferenceOptions io;
-  io.image_size = config.data.image_size;
-  io.clahe = config.data.augment.clahe;
-  io.batch_size = config.train.eval_batch_size;
-  io.num_workers = config.data.num_workers;
-  io.prefetch_batches = config.data.prefetch_batches;
-  io.skip_bad_images = config.data.skip_bad_images;
-  io.tta_hflip = tta || config.train.tta_hflip;
-  io.in_channels = config.model.in_channels;
-  io.device = device;
-  return io;
-}
-
 }  // namespace
 
 namespace {
@@ -218,6 +204,11 @@ int run_train(const TrainArgs& args) {
     return finish(train(config, *collectives, log, options), config, log);
   }
   // Launcher: check what can be checked once here, then start this node's workers.
+  if (config.distributed.backend == "nccl" && !torch::cuda::is_available())
+    throw std::runtime_error("distributed.backend nccl needs GPUs; none is visible (use gloo or auto)");
+  if (config.distributed.backend == "nccl" && !nccl_available())
+    throw std::runtime_error(
+        "distributed.backend nccl: this LibTorch was built without NCCL (use gloo or auto)");
   ensure_dataset(config, log);
   const fs::path root(config.data.root);
   load_index((root / config.data.train_csv).string(), (root / config.data.image_dir).string(),
@@ -254,16 +245,13 @@ int run_evaluate(const EvalArgs& args) {
     ensure_dataset(config, log);
     const fs::path root(config.data.root);
     index = load_index((root / config.data.train_csv).string(), (root / config.data.image_dir).string(), io);
-    const Split split = config.data.folds > 0
-                            ? group_kfold(index.groups, config.data.folds, config.data.fold, config.seed)
-                            : group_split(index.groups, config.data.val_fraction, config.seed);
-    rows = split.val;
+    rows = validation_split(config, index).val;
     source = "validation split of " + (root / config.data.train_csv).string();
   }
   auto model = load_model(args, config, meta, device);
   auto collectives = make_local_collectives();
   const InferenceResult r =
-      run_inference(*model, index, rows, inference_options(config, args.tta, device), *collectives);
+      run_inference(*model, index, rows, inference_options(config, device, args.tta), *collectives);
   const double loss = torch::binary_cross_entropy_with_logits(r.logits, r.labels).item<double>();
   const AucReport auc = multilabel_auc(r.logits, r.labels, meta.label_names);
 
@@ -321,7 +309,7 @@ int run_predict(const EvalArgs& args) {
   auto collectives = make_local_collectives();
   log.info("predict: " + std::to_string(index.size()) + " images from " + args.images);
   const InferenceResult r =
-      run_inference(*model, index, rows, inference_options(config, args.tta, device), *collectives);
+      run_inference(*model, index, rows, inference_options(config, device, args.tta), *collectives);
   const torch::Tensor probs = torch::sigmoid(r.logits).contiguous();
   std::ostringstream csv;
   csv << config.data.id_column;

@@ -37,7 +37,7 @@ struct TrainConfig {
   int eval_batch_size = 64;        // per process, validation/predict
   double log_every_seconds = 5.0;  // progress line period
   int num_threads = 0;             // LibTorch intra-op threads (0 = all cores)
-  bool tta_hflip = false;          // evaluate/predict: average with the horizontally flipped image
+  bool tta_hflip = false;          // validation/evaluate/predict: average with the hflipped image
   int early_stop_patience = 0;     // stop after this many epochs without a better val AUC (0 = off)
 };
 

@@ -68,6 +68,26 @@ void truncate_metrics(const std::string& path, int64_t epochs) {
 
 }  // namespace
 
+InferenceOptions inference_options(const Config& config, torch::Device device, bool tta) {
+  InferenceOptions io;
+  io.image_size = config.data.image_size;
+  io.clahe = config.data.augment.clahe;
+  io.batch_size = config.train.eval_batch_size;
+  io.num_workers = config.data.num_workers;
+  io.prefetch_batches = config.data.prefetch_batches;
+  io.skip_bad_images = config.data.skip_bad_images;
+  io.tta_hflip = tta || config.train.tta_hflip;
+  io.in_channels = config.model.in_channels;
+  io.device = device;
+  return io;
+}
+
+Split validation_split(const Config& config, const DatasetIndex& index) {
+  const DataConfig& d = config.data;
+  return d.folds > 0 ? group_kfold(index.groups, d.folds, d.fold, config.seed)
+                     : group_split(index.groups, d.val_fraction, config.seed);
+}
+
 double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double lr, double min_ratio) {
   if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   const double span = std::max<int64_t>(1, total_steps - warmup_steps);
@@ -83,8 +103,7 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
   DatasetIndex index =
       load_index((root / dc.train_csv).string(), (root / dc.image_dir).string(), index_options(dc));
   config.data.label_columns = index.label_names;  // resolved: written to config.yaml and the checkpoint
-  const Split split = dc.folds > 0 ? group_kfold(index.groups, dc.folds, dc.fold, config.seed)
-                                   : group_split(index.groups, dc.val_fraction, config.seed);
+  const Split split = validation_split(config, index);
   const int64_t num_classes = static_cast<int64_t>(index.num_labels());
 
   const fs::path out_dir(config.output.dir);
@@ -190,15 +209,7 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
   const int64_t warmup_steps =
       static_cast<int64_t>(std::llround(config.optim.warmup_epochs * steps_per_epoch));
 
-  InferenceOptions io;
-  io.image_size = dc.image_size;
-  io.clahe = dc.augment.clahe;
-  io.batch_size = config.train.eval_batch_size;
-  io.num_workers = dc.num_workers;
-  io.prefetch_batches = dc.prefetch_batches;
-  io.skip_bad_images = dc.skip_bad_images;
-  io.in_channels = config.model.in_channels;
-  io.device = options.device;
+  const InferenceOptions io = inference_options(config, options.device);
 
   TrainSummary summary;
   int64_t epochs_since_best = 0;

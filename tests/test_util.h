@@ -8,6 +8,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "data/synth.h"
 
@@ -49,6 +52,15 @@ inline void make_dataset(const std::string& dir, int num_images = 60, int image_
   c.image_size = image_size;
   c.seed = 3;
   generate_synthetic(dir, c, 2);
+}
+
+/// The lines of a run folder's metrics.jsonl.
+inline std::vector<nlohmann::json> read_metrics(const std::string& run_dir) {
+  std::vector<nlohmann::json> lines;
+  std::stringstream ss(read_file(run_dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(ss, line);)
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
 }
 
 struct CommandResult {

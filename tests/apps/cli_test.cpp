@@ -1,4 +1,5 @@
 // End-to-end tests of the ranzcr binary: real processes, exit statuses, messages and files.
+#include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
 
@@ -49,9 +50,7 @@ TEST_F(CliTest, TrainEvaluatePredict) {
 
   // evaluate best.pt reproduces the best logged validation AUC.
   double best = -1;
-  std::stringstream ss(test::read_file(run + "/metrics.jsonl"));
-  for (std::string line; std::getline(ss, line);)
-    best = std::max(best, nlohmann::json::parse(line)["val_auc_mean"].get<double>());
+  for (const auto& m : test::read_metrics(run)) best = std::max(best, m["val_auc_mean"].get<double>());
   const auto e = run_command(bin() + " evaluate --config " + cfg() + " --checkpoint " + run +
                              "/checkpoints/best.pt --out " + run + "/eval.json");
   ASSERT_EQ(e.status, 0) << e.output;
@@ -102,6 +101,12 @@ TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
                     "is not a ranzcr checkpoint");
   expect_user_error("evaluate --config " + cfg() + " --checkpoint " + d + "/absent.pt",
                     "checkpoint not found");
+  if (!torch::cuda::is_available())
+    expect_user_error(
+        "train --config " + cfg() + " --set distributed.nproc_per_node=2 --set distributed.backend=nccl",
+        "distributed.backend nccl needs GPUs");
+  expect_user_error("train --config " + cfg() + " --set distributed.nproc_per_node=x",
+                    "positive integer or auto");
   expect_user_error("train", "--config is required");
   expect_user_error("bogus", "");
 }

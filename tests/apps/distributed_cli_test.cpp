@@ -85,13 +85,6 @@ bool wait_for_file(const std::string& path, double timeout) {
   return false;
 }
 
-std::vector<nlohmann::json> metrics(const std::string& run) {
-  std::vector<nlohmann::json> lines;
-  std::stringstream ss(test::read_file(run + "/metrics.jsonl"));
-  for (std::string line; std::getline(ss, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
 class DistributedCliTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -137,7 +130,7 @@ TEST_F(DistributedCliTest, SigtermToLauncherStopsWorkersAndLeavesAResumableCheck
   args.insert(args.end(), {"--resume", run + "/checkpoints/last.pt"});
   const pid_t resumed = spawn(args, {}, run + ".resume.log");
   ASSERT_EQ(wait_exit(resumed, 90), 0) << test::read_file(run + ".resume.log");
-  EXPECT_EQ(metrics(run).back()["epoch"].get<int64_t>(), epochs);
+  EXPECT_EQ(test::read_metrics(run).back()["epoch"].get<int64_t>(), epochs);
 }
 
 TEST_F(DistributedCliTest, SigkillOfOneWorkerEndsTheJob) {
@@ -173,7 +166,7 @@ TEST_F(DistributedCliTest, TwoNodesOnLocalhostTrainOneJob) {
         << test::read_file(run_dir("nodes") + ".node" + std::to_string(n) + ".log");
   const std::string log0 = test::read_file(run_dir("nodes") + ".node0.log");
   EXPECT_NE(log0.find("world size 2, 1 ranks per node"), std::string::npos) << log0;
-  EXPECT_EQ(metrics(run_dir("nodes")).size(), 1u);
+  EXPECT_EQ(test::read_metrics(run_dir("nodes")).size(), 1u);
 }
 
 // Workers started by someone else: torchrun (with the store hosted by its agent, here this test) and srun.
@@ -226,7 +219,7 @@ TEST_F(DistributedCliTest, RunsAsAWorkerUnderTorchrunAndSlurm) {
   const std::string s0 = test::read_file(run_dir("slurm") + "0.log");
   EXPECT_NE(s0.find("world size 2, 2 ranks per node"), std::string::npos) << s0;
   EXPECT_NE(s0.find("launcher slurm"), std::string::npos) << s0;
-  EXPECT_EQ(metrics(run_dir("slurm")).size(), 1u);
+  EXPECT_EQ(test::read_metrics(run_dir("slurm")).size(), 1u);
 }
 
 TEST_F(DistributedCliTest, InitMethodsFileAndTcpAndAveragedBatchNorm) {
@@ -288,8 +281,8 @@ TEST_F(DistributedCliTest, ResumingATwoRankRunEqualsTheUninterruptedRun) {
   const auto pb = b->named_parameters();
   for (const auto& kv : a->named_parameters())
     EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
-  EXPECT_EQ(metrics(run_dir("full")).back()["val_auc_mean"],
-            metrics(run_dir("resumed")).back()["val_auc_mean"]);
+  EXPECT_EQ(test::read_metrics(run_dir("full")).back()["val_auc_mean"],
+            test::read_metrics(run_dir("resumed")).back()["val_auc_mean"]);
 
   // Another world size resumes too, with a warning.
   auto one = train_args("one", {"distributed.nproc_per_node=1", "train.epochs=3"});
@@ -298,7 +291,7 @@ TEST_F(DistributedCliTest, ResumingATwoRankRunEqualsTheUninterruptedRun) {
   ASSERT_EQ(wait_exit(single, 120), 0) << test::read_file(run_dir("one") + ".log");
   EXPECT_NE(test::read_file(run_dir("one") + ".log").find("written by 2 processes with 1"),
             std::string::npos);
-  EXPECT_EQ(metrics(run_dir("one")).back()["epoch"].get<int64_t>(), 3);
+  EXPECT_EQ(test::read_metrics(run_dir("one")).back()["epoch"].get<int64_t>(), 3);
 }
 
 }  // namespace

@@ -23,12 +23,6 @@ class TrainerTest : public ::testing::Test {
                          "train.batch_size=16", "train.epochs=" + std::to_string(epochs),
                          "train.log_every_seconds=1000", "optim.lr=0.003", "output.dir=" + out});
   }
-  static std::vector<nlohmann::json> metrics(const std::string& out) {
-    std::vector<nlohmann::json> lines;
-    std::stringstream ss(test::read_file(out + "/metrics.jsonl"));
-    for (std::string line; std::getline(ss, line);) lines.push_back(nlohmann::json::parse(line));
-    return lines;
-  }
   static test::TempDir* dir_;
 };
 test::TempDir* TrainerTest::dir_ = nullptr;
@@ -38,7 +32,7 @@ TEST_F(TrainerTest, LossFallsAndRunFolderIsComplete) {
   auto coll = make_local_collectives();
   const std::string out = *dir_ / "run";
   const TrainSummary s = train(config(out, 4), *coll, log, TrainOptions{});
-  const auto m = metrics(out);
+  const auto m = test::read_metrics(out);
   ASSERT_EQ(m.size(), 4u);
   EXPECT_LT(m[3]["train_loss"].get<double>(), 0.8 * m[0]["train_loss"].get<double>());
   for (const char* key : {"epoch", "train_loss", "val_loss", "val_auc_mean", "val_auc", "lr",
@@ -74,8 +68,8 @@ TEST_F(TrainerTest, ResumeFromEpoch2EqualsTheUninterruptedRun) {
   for (const auto& kv : pa) EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
   const auto ba = a->named_buffers(), bb = b->named_buffers();
   for (const auto& kv : ba) EXPECT_TRUE(torch::equal(kv.value(), bb[kv.key()])) << kv.key();
-  EXPECT_DOUBLE_EQ(metrics(full)[3]["val_auc_mean"].get<double>(),
-                   metrics(resumed).back()["val_auc_mean"].get<double>());
+  EXPECT_DOUBLE_EQ(test::read_metrics(full)[3]["val_auc_mean"].get<double>(),
+                   test::read_metrics(resumed).back()["val_auc_mean"].get<double>());
 }
 
 TEST_F(TrainerTest, EarlyStoppingEndsTheRun) {
@@ -87,7 +81,7 @@ TEST_F(TrainerTest, EarlyStoppingEndsTheRun) {
   c.optim.lr = 1e-9;  // nothing to learn: the AUC stops improving
   const TrainSummary s = train(c, *coll, log, TrainOptions{});
   EXPECT_TRUE(s.early_stopped);
-  const auto m = metrics(out);
+  const auto m = test::read_metrics(out);
   ASSERT_LT(m.size(), 30u);
   double best_before = -1;
   for (size_t i = 0; i + 1 < m.size(); ++i)
