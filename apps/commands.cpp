@@ -43,8 +43,25 @@ void apply_threads(const Config& config) {
   if (config.train.num_threads > 0) torch::set_num_threads(config.train.num_threads);
 }
 
-torch::Device pick_device() {
-  return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
+// This process's device: its local rank's GPU when there are GPUs, else the CPU.
+torch::Device worker_device(const WorldInfo& world) {
+  if (!torch::cuda::is_available()) return torch::kCPU;
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (world.local_rank >= gpus)
+    throw std::runtime_error("local rank " + std::to_string(world.local_rank) + " has no GPU (" +
+                             std::to_string(gpus) + " visible): use at most " + std::to_string(gpus) +
+                             " processes per node");
+  return torch::Device(torch::kCUDA, world.local_rank);
+}
+
+// NCCL needs GPUs and a LibTorch built with it.
+void require_usable_backend(const std::string& backend) {
+  if (backend != "nccl") return;
+  if (!torch::cuda::is_available())
+    throw std::runtime_error("distributed.backend nccl needs GPUs; none is visible (use gloo or auto)");
+  if (!nccl_available())
+    throw std::runtime_error(
+        "distributed.backend nccl: this LibTorch was built without NCCL (use gloo or auto)");
 }
 
 // In a terminal: one line updated in place; in a log: a line per quarter.
@@ -64,10 +81,10 @@ void print_progress(int64_t done, int64_t total) {
 // otherwise explains how to get the data.
 void ensure_dataset(const Config& config, RunLog& log) {
   const fs::path root(config.data.root);
-  if (fs::exists(root / config.data.train_csv)) return;
+  if (fs::exists(train_csv_path(config.data))) return;
   if (!config.synth.generate_if_missing) {
     throw std::runtime_error(
-        "data set not found: " + (root / config.data.train_csv).string() +
+        "data set not found: " + train_csv_path(config.data) +
         " (data.root). Put the Kaggle RANZCR CLiP data there (train.csv and train/), or generate a synthetic "
         "stand-in with: ./ranzcr synth --out " +
         root.string());
@@ -86,22 +103,18 @@ Config eval_config(const EvalArgs& args, const CheckpointMeta& meta) {
   return parse_config(meta.config_yaml, args.checkpoint + " (embedded config)", args.sets);
 }
 
-std::shared_ptr<Classifier> load_model(const EvalArgs& args, const Config& config, const CheckpointMeta& meta,
-                                       torch::Device device) {
+std::shared_ptr<Classifier> load_model(CheckpointReader& reader, const Config& config, torch::Device device) {
+  const CheckpointMeta& meta = reader.meta();
   ModelSpec spec;
   spec.in_channels = config.model.in_channels;
   spec.num_classes = static_cast<int>(meta.label_names.size());
   spec.dropout = config.model.dropout;
   auto model = create_model(meta.model_name, spec);
   model->to(device);
-  load_checkpoint(args.checkpoint, *model, nullptr, device);
+  reader.restore(*model, nullptr);
   model->eval();
   return model;
 }
-
-}  // namespace
-
-namespace {
 
 std::atomic<int> g_stop_signal{0};
 
@@ -124,17 +137,6 @@ int workers_per_node(const Config& config) {
   return torch::cuda::is_available() ? std::max<int>(1, static_cast<int>(torch::cuda::device_count())) : 1;
 }
 
-// This process's device: its local rank's GPU when there are GPUs, else the CPU.
-torch::Device worker_device(const WorldInfo& world) {
-  if (!torch::cuda::is_available()) return torch::kCPU;
-  const int gpus = static_cast<int>(torch::cuda::device_count());
-  if (world.local_rank >= gpus)
-    throw std::runtime_error("local rank " + std::to_string(world.local_rank) + " has no GPU (" +
-                             std::to_string(gpus) + " visible): use at most " + std::to_string(gpus) +
-                             " processes per node");
-  return torch::Device(torch::kCUDA, world.local_rank);
-}
-
 int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
   if (summary.stopped_by_signal) return 128 + summary.stopped_by_signal;
   log.info("done: best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " +
@@ -145,13 +147,12 @@ int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
 // One process of a multi-process job (started by us, torchrun, srun or a PyTorchJob).
 int run_worker(const Config& config, const WorldInfo& world, const TrainArgs& args) {
   const torch::Device device = worker_device(world);
-  if (config.train.num_threads ==
-      0)  // share the cores among this node's workers (torchrun sets OMP_NUM_THREADS)
+  // Share the cores among this node's workers (torchrun sets OMP_NUM_THREADS for the same reason).
+  if (config.train.num_threads == 0)
     torch::set_num_threads(std::max(1, hardware_threads() / world.local_world_size));
   ProcessGroupOptions pgo;
   pgo.backend = resolve_backend(config.distributed.backend, device);
-  if (pgo.backend == "nccl" && !device.is_cuda())
-    throw std::runtime_error("distributed.backend nccl needs GPUs; none is visible (use gloo or auto)");
+  require_usable_backend(pgo.backend);
   pgo.init_method = config.distributed.init_method;
   pgo.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_seconds * 1000));
   pgo.device = device;
@@ -199,20 +200,15 @@ int run_train(const TrainArgs& args) {
     auto collectives = make_local_collectives();
     TrainOptions options;
     options.resume_path = args.resume;
-    options.device = pick_device();
+    options.device = worker_device(WorldInfo{});
     options.stop_signal = &g_stop_signal;
     return finish(train(config, *collectives, log, options), config, log);
   }
-  // Launcher: check what can be checked once here, then start this node's workers.
-  if (config.distributed.backend == "nccl" && !torch::cuda::is_available())
-    throw std::runtime_error("distributed.backend nccl needs GPUs; none is visible (use gloo or auto)");
-  if (config.distributed.backend == "nccl" && !nccl_available())
-    throw std::runtime_error(
-        "distributed.backend nccl: this LibTorch was built without NCCL (use gloo or auto)");
+  // Launcher: check what can be checked once here (one error line, not one per worker), then start
+  // this node's workers.
+  require_usable_backend(config.distributed.backend);
   ensure_dataset(config, log);
-  const fs::path root(config.data.root);
-  load_index((root / config.data.train_csv).string(), (root / config.data.image_dir).string(),
-             index_options(config.data));
+  load_train_index(config.data, index_options(config.data));
   LaunchOptions lo;
   lo.args = args.argv;
   lo.nproc = nproc_here;
@@ -224,11 +220,12 @@ int run_train(const TrainArgs& args) {
 }
 
 int run_evaluate(const EvalArgs& args) {
-  const CheckpointMeta meta = read_checkpoint_meta(args.checkpoint);
+  const torch::Device device = worker_device(WorldInfo{});
+  CheckpointReader reader(args.checkpoint, device);
+  const CheckpointMeta& meta = reader.meta();
   Config config = eval_config(args, meta);
   apply_threads(config);
   RunLog log(true);
-  const torch::Device device = pick_device();
   IndexOptions io = index_options(config.data);
   io.label_columns = meta.label_names;
   DatasetIndex index;
@@ -243,12 +240,11 @@ int run_evaluate(const EvalArgs& args) {
     source = args.csv;
   } else {
     ensure_dataset(config, log);
-    const fs::path root(config.data.root);
-    index = load_index((root / config.data.train_csv).string(), (root / config.data.image_dir).string(), io);
+    index = load_train_index(config.data, io);
     rows = validation_split(config, index).val;
-    source = "validation split of " + (root / config.data.train_csv).string();
+    source = "validation split of " + train_csv_path(config.data);
   }
-  auto model = load_model(args, config, meta, device);
+  auto model = load_model(reader, config, device);
   auto collectives = make_local_collectives();
   const InferenceResult r =
       run_inference(*model, index, rows, inference_options(config, device, args.tta), *collectives);
@@ -288,11 +284,12 @@ int run_evaluate(const EvalArgs& args) {
 }
 
 int run_predict(const EvalArgs& args) {
-  const CheckpointMeta meta = read_checkpoint_meta(args.checkpoint);
+  const torch::Device device = worker_device(WorldInfo{});
+  CheckpointReader reader(args.checkpoint, device);
+  const CheckpointMeta& meta = reader.meta();
   Config config = eval_config(args, meta);
   apply_threads(config);
   RunLog log(true);
-  const torch::Device device = pick_device();
   DatasetIndex index;
   if (!args.csv.empty()) {
     IndexOptions io = index_options(config.data);
@@ -305,7 +302,7 @@ int run_predict(const EvalArgs& args) {
   index.label_names = meta.label_names;
   std::vector<int64_t> rows(index.size());
   std::iota(rows.begin(), rows.end(), 0);
-  auto model = load_model(args, config, meta, device);
+  auto model = load_model(reader, config, device);
   auto collectives = make_local_collectives();
   log.info("predict: " + std::to_string(index.size()) + " images from " + args.images);
   const InferenceResult r =

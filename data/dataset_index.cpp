@@ -62,6 +62,14 @@ IndexOptions index_options(const DataConfig& data) {
   return o;
 }
 
+std::string train_csv_path(const DataConfig& data) {
+  return (fs::path(data.root) / data.train_csv).string();
+}
+
+DatasetIndex load_train_index(const DataConfig& data, const IndexOptions& options) {
+  return load_index(train_csv_path(data), (fs::path(data.root) / data.image_dir).string(), options);
+}
+
 DatasetIndex load_index(const std::string& csv_path, const std::string& image_dir,
                         const IndexOptions& options) {
   const CsvTable table = read_csv(csv_path);

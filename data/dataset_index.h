@@ -40,4 +40,10 @@ DatasetIndex index_from_folder(const std::string& image_dir, const std::string& 
 /// IndexOptions from the data config.
 IndexOptions index_options(const DataConfig& data);
 
+/// The training table of the data config: data.root/data.train_csv.
+std::string train_csv_path(const DataConfig& data);
+
+/// Loads the training table (data.root/data.train_csv, images in data.root/data.image_dir).
+DatasetIndex load_train_index(const DataConfig& data, const IndexOptions& options);
+
 }  // namespace ranzcr

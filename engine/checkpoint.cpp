@@ -104,8 +104,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   }
 }
 
-void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
-                     torch::optim::Optimizer* optimizer) {
+std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
+                                 torch::optim::Optimizer* optimizer) {
   torch::serialize::OutputArchive archive;
   archive.write("ranzcr_format_version", c10::IValue(meta.format_version));
   archive.write("epoch", c10::IValue(meta.epoch));
@@ -127,18 +127,31 @@ void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch:
   }
   std::ostringstream bytes;
   archive.save_to(bytes);
-  write_file_atomic(path, bytes.str());
+  return bytes.str();
 }
 
+void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
+                     torch::optim::Optimizer* optimizer) {
+  write_file_atomic(path, serialize_checkpoint(meta, model, optimizer));
+}
+
+CheckpointReader::CheckpointReader(const std::string& path, const torch::Device& device)
+    : path_(path), archive_(open_archive(path, device)), meta_(read_meta(archive_, path)) {}
+
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
-  auto archive = open_archive(path);
-  return read_meta(archive, path);
+  return CheckpointReader(path).meta();
 }
 
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
                                torch::optim::Optimizer* optimizer, const torch::Device& device) {
-  auto archive = open_archive(path, device);
-  CheckpointMeta meta = read_meta(archive, path);
+  CheckpointReader reader(path, device);
+  reader.restore(model, optimizer);
+  return reader.meta();
+}
+
+void CheckpointReader::restore(torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
+  const std::string& path = path_;
+  auto& archive = archive_;
   try {
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
@@ -150,12 +163,11 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
       optimizer->load(optim_archive);
     }
   } catch (const c10::Error& e) {
-    throw std::runtime_error(path + ": checkpoint does not match the model '" + meta.model_name +
+    throw std::runtime_error(path + ": checkpoint does not match the model '" + meta_.model_name +
                              "': " + e.what_without_backtrace());
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(path + ": cannot restore the checkpoint: " + e.what());
   }
-  return meta;
 }
 
 }  // namespace ranzcr

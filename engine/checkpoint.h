@@ -4,6 +4,7 @@
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
 
 #include <string>
 #include <vector>
@@ -25,9 +26,29 @@ struct CheckpointMeta {
   int64_t batch_size = 0;          // per process
 };
 
+/// The checkpoint file's bytes: model, optimizer (may be null) and meta.
+std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
+                                 torch::optim::Optimizer* optimizer);
+
 /// Writes model, optimizer (may be null) and meta to `path` atomically.
 void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
                      torch::optim::Optimizer* optimizer);
+
+/// Reads a checkpoint file once: its meta is available before any weights are restored, so callers can
+/// check it (model name, labels) or build the model it needs. Throws std::runtime_error naming the file
+/// when it is missing, not a ranzcr checkpoint, or of an unsupported format version.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path, const torch::Device& device = torch::kCPU);
+  const CheckpointMeta& meta() const { return meta_; }
+  /// Restores model (and optimizer when non-null) state; tensors land on the reader's device.
+  void restore(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
+
+ private:
+  std::string path_;
+  torch::serialize::InputArchive archive_;
+  CheckpointMeta meta_;
+};
 
 /// Reads only the meta of a checkpoint. Throws std::runtime_error naming the file when it is missing,
 /// not a ranzcr checkpoint, or of an unsupported format version.

@@ -99,9 +99,7 @@ double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, dou
 TrainSummary train(Config config, Collectives& collectives, RunLog& log, const TrainOptions& options) {
   const bool main = collectives.is_main();
   const auto& dc = config.data;
-  const fs::path root(dc.root);
-  DatasetIndex index =
-      load_index((root / dc.train_csv).string(), (root / dc.image_dir).string(), index_options(dc));
+  DatasetIndex index = load_train_index(dc, index_options(dc));
   config.data.label_columns = index.label_names;  // resolved: written to config.yaml and the checkpoint
   const Split split = validation_split(config, index);
   const int64_t num_classes = static_cast<int64_t>(index.num_labels());
@@ -138,15 +136,16 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
   int64_t skip_batches = 0;  // of the first epoch, when resuming a run stopped mid-epoch
   if (!options.resume_path.empty()) {
     collectives.barrier();  // the file is complete before anyone reads it
-    const CheckpointMeta saved = read_checkpoint_meta(options.resume_path);
+    CheckpointReader reader(options.resume_path, options.device);  // one read: check, then restore
+    const CheckpointMeta& saved = reader.meta();
     if (saved.model_name != config.model.name)
       throw std::runtime_error("--resume " + options.resume_path + ": checkpoint holds model '" +
                                saved.model_name + "' but the config says '" + config.model.name + "'");
     if (saved.label_names != index.label_names)
       throw std::runtime_error("--resume " + options.resume_path +
                                ": the checkpoint's label columns differ from the data's");
-    const CheckpointMeta loaded =
-        load_checkpoint(options.resume_path, *model, optimizer.get(), options.device);
+    reader.restore(*model, optimizer.get());
+    const CheckpointMeta& loaded = saved;
     meta.epoch = loaded.epoch;
     meta.step = loaded.step;
     meta.best_metric = loaded.best_metric;
@@ -177,7 +176,11 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     else
       ddp.average_buffers();
   };
-  auto save = [&](const std::string& path) { save_checkpoint(path, meta, *model, optimizer.get()); };
+  // Serialized once, written to as many files as needed (last, best, epoch_NNN).
+  auto save = [&](const std::vector<std::string>& paths) {
+    const std::string bytes = serialize_checkpoint(meta, *model, optimizer.get());
+    for (const auto& path : paths) write_file_atomic(path, bytes);
+  };
   const std::string ckpt_dir = (out_dir / "checkpoints").string();
 
   SamplerOptions so;
@@ -229,7 +232,10 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
     BatchLoader loader(index, rows, ImageTransform(to), epoch, lo);
     model->train();
     optimizer->zero_grad();
-    double loss_sum = 0.0, seen = 0.0, window_loss = 0.0, window_n = 0.0;
+    // Loss sums stay on the device (float64): reading them forces a sync, so only progress lines do.
+    const auto sum_options = torch::TensorOptions().dtype(torch::kDouble).device(options.device);
+    torch::Tensor loss_sum = torch::zeros({}, sum_options), window_loss = torch::zeros({}, sum_options);
+    double seen = 0.0, window_n = 0.0;
     int64_t skipped = 0, batch_i = 0;
     const int64_t epoch_batches = loader.num_batches() + skipped_batches;
     auto last_print = Clock::now();
@@ -246,8 +252,9 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
         const torch::Tensor scaled = loss / accum;
         if (sync_step) ddp.prepare_backward(scaled);
         scaled.backward();
-        const double l = loss.item<double>();
-        loss_sum += l * n, seen += n, window_loss += l * n, window_n += n;
+        const torch::Tensor weighted = loss.detach().to(torch::kDouble) * static_cast<double>(n);
+        loss_sum += weighted, window_loss += weighted;
+        seen += n, window_n += n;
       }
       ++batch_i;
       if (sync_step) {
@@ -268,7 +275,7 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
           if (batch_i < loader.num_batches()) {  // mid-epoch: save where we are (else finish the epoch)
             meta.epoch_batches_done = skipped_batches + batch_i;
             sync_buffers();
-            if (main) save(ckpt_dir + "/last.pt");
+            if (main) save({ckpt_dir + "/last.pt"});
             collectives.barrier();
             log.warn("stopped at epoch " + std::to_string(epoch + 1) + " batch " +
                      std::to_string(meta.epoch_batches_done) + "/" + std::to_string(epoch_batches) +
@@ -283,14 +290,16 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
         const double eta = elapsed / batch_i * (loader.num_batches() - batch_i);
         log.info("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.train.epochs) + " step " +
                  std::to_string(skipped_batches + batch_i) + "/" + std::to_string(epoch_batches) + " loss " +
-                 fmt(window_n > 0 ? window_loss / window_n : 0.0) + " lr " + fmt(lr, 6) + " " + fmt(ips, 1) +
-                 " img/s eta " + fmt_duration(eta));
-        window_loss = window_n = 0.0;
+                 fmt(window_n > 0 ? window_loss.item<double>() / window_n : 0.0) + " lr " + fmt(lr, 6) + " " +
+                 fmt(ips, 1) + " img/s eta " + fmt_duration(eta));
+        window_loss.zero_();
+        window_n = 0.0;
         last_print = Clock::now();
       }
     }
     const double train_seconds = seconds_since(epoch_start);
-    torch::Tensor stats = torch::tensor({loss_sum, seen, static_cast<double>(skipped)}, torch::kDouble);
+    torch::Tensor stats =
+        torch::tensor({loss_sum.item<double>(), seen, static_cast<double>(skipped)}, torch::kDouble);
     collectives.all_reduce_sum(stats);
     const double train_loss = stats[0].item<double>() / std::max(1.0, stats[1].item<double>());
     const double images_per_sec = stats[1].item<double>() / std::max(train_seconds, 1e-9);
@@ -336,13 +345,14 @@ TrainSummary train(Config config, Collectives& collectives, RunLog& log, const T
       j["val_images"] = val.rows.size(0);
       j["skipped_images"] = stats[2].item<int64_t>() + val.skipped;
       std::ofstream((out_dir / "metrics.jsonl").string(), std::ios::app) << j.dump() << "\n";
-      save(ckpt_dir + "/last.pt");
-      if (improved) save(ckpt_dir + "/best.pt");
+      std::vector<std::string> paths = {ckpt_dir + "/last.pt"};
+      if (improved) paths.push_back(ckpt_dir + "/best.pt");
       if (config.output.keep_every > 0 && meta.epoch % config.output.keep_every == 0) {
         std::ostringstream name;
         name << ckpt_dir << "/epoch_" << std::setw(3) << std::setfill('0') << meta.epoch << ".pt";
-        save(name.str());
+        paths.push_back(name.str());
       }
+      save(paths);
     }
     collectives.barrier();
     log.info("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.train.epochs) +
