@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <numeric>
@@ -22,10 +23,12 @@
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
 #include "distributed/world.h"
+#include "engine/bench.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/inference.h"
 #include "engine/metrics.h"
+#include "engine/precision.h"
 #include "engine/run_log.h"
 #include "engine/trainer.h"
 #include "models/registry.h"
@@ -43,15 +46,12 @@ void apply_threads(const Config& config) {
   if (config.train.num_threads > 0) torch::set_num_threads(config.train.num_threads);
 }
 
-// This process's device: its local rank's GPU when there are GPUs, else the CPU.
+// This process's device: a GPU when there are any (gpu_for_local_rank), else the CPU.
 torch::Device worker_device(const WorldInfo& world) {
   if (!torch::cuda::is_available()) return torch::kCPU;
   const int gpus = static_cast<int>(torch::cuda::device_count());
-  if (world.local_rank >= gpus)
-    throw std::runtime_error("local rank " + std::to_string(world.local_rank) + " has no GPU (" +
-                             std::to_string(gpus) + " visible): use at most " + std::to_string(gpus) +
-                             " processes per node");
-  return torch::Device(torch::kCUDA, world.local_rank);
+  return torch::Device(torch::kCUDA,
+                       static_cast<c10::DeviceIndex>(gpu_for_local_rank(world.local_rank, gpus)));
 }
 
 // NCCL needs GPUs and a LibTorch built with it.
@@ -112,6 +112,8 @@ std::shared_ptr<Classifier> load_model(CheckpointReader& reader, const Config& c
   auto model = create_model(meta.model_name, spec);
   model->to(device);
   reader.restore(*model, nullptr);
+  set_memory_format(*model, resolve_channels_last(config.train.channels_last, device));
+  configure_device(device);
   model->eval();
   return model;
 }
@@ -144,8 +146,11 @@ int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
   return 0;
 }
 
+// What a job runs on every process: training or the benchmark. Returns the exit status.
+using JobBody = std::function<int(const Config&, Collectives&, RunLog&, const torch::Device&)>;
+
 // One process of a multi-process job (started by us, torchrun, srun or a PyTorchJob).
-int run_worker(const Config& config, const WorldInfo& world, const TrainArgs& args) {
+int run_worker(const Config& config, const WorldInfo& world, const JobBody& body) {
   const torch::Device device = worker_device(world);
   // Share the cores among this node's workers (torchrun sets OMP_NUM_THREADS for the same reason).
   if (config.train.num_threads == 0)
@@ -153,6 +158,12 @@ int run_worker(const Config& config, const WorldInfo& world, const TrainArgs& ar
   ProcessGroupOptions pgo;
   pgo.backend = resolve_backend(config.distributed.backend, device);
   require_usable_backend(pgo.backend);
+  if (pgo.backend == "nccl" && device.is_cuda() && world.local_world_size > torch::cuda::device_count())
+    throw std::runtime_error(
+        std::to_string(world.local_world_size) + " ranks on this node share " +
+        std::to_string(torch::cuda::device_count()) +
+        " visible GPU(s): NCCL refuses two ranks on one GPU (use at most one process per "
+        "GPU, or distributed.backend gloo)");
   pgo.init_method = config.distributed.init_method;
   pgo.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_seconds * 1000));
   pgo.device = device;
@@ -168,28 +179,19 @@ int run_worker(const Config& config, const WorldInfo& world, const TrainArgs& ar
   if (world.local_rank == 0) ensure_dataset(config, log);  // one copy per node
   collectives->barrier();
   install_stop_handlers();
-  TrainOptions options;
-  options.resume_path = args.resume;
-  options.device = device;
-  options.stop_signal = &g_stop_signal;
-  const TrainSummary summary = train(config, *collectives, log, options);
+  const int status = body(config, *collectives, log, device);
   collectives->shutdown();
-  return finish(summary, config, log);
+  return status;
 }
 
-}  // namespace
-
-int run_train(const TrainArgs& args) {
-  std::vector<std::string> sets = args.sets;
-  if (!args.nproc_per_node.empty()) sets.push_back("distributed.nproc_per_node=" + args.nproc_per_node);
-  Config config = load_config(args.config, sets);
-  apply_threads(config);
-  if (!args.resume.empty()) read_checkpoint_meta(args.resume);  // fail early on a bad file
+// Runs `body` as this process's share of the job the config and environment describe: a worker under
+// an external launcher, one process, or the launcher of this node's workers (which re-run `argv`).
+int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body) {
   const EnvMap env = current_environment();
   const std::string& nproc = config.distributed.nproc_per_node;
   // Under Slurm, one task per node that starts its own workers is asked for with nproc_per_node > 1.
   const bool slurm_tasks_are_nodes = nproc != "auto" && std::stoi(nproc) > 1;
-  if (auto world = worker_from_env(env, slurm_tasks_are_nodes)) return run_worker(config, *world, args);
+  if (auto world = worker_from_env(env, slurm_tasks_are_nodes)) return run_worker(config, *world, body);
 
   const int nproc_here = workers_per_node(config);
   const NodePlan plan = node_plan_from_env(env, slurm_tasks_are_nodes);
@@ -198,11 +200,7 @@ int run_train(const TrainArgs& args) {
     ensure_dataset(config, log);
     install_stop_handlers();
     auto collectives = make_local_collectives();
-    TrainOptions options;
-    options.resume_path = args.resume;
-    options.device = worker_device(WorldInfo{});
-    options.stop_signal = &g_stop_signal;
-    return finish(train(config, *collectives, log, options), config, log);
+    return body(config, *collectives, log, worker_device(WorldInfo{}));
   }
   // Launcher: check what can be checked once here (one error line, not one per worker), then start
   // this node's workers.
@@ -210,13 +208,54 @@ int run_train(const TrainArgs& args) {
   ensure_dataset(config, log);
   load_train_index(config.data, index_options(config.data));
   LaunchOptions lo;
-  lo.args = args.argv;
+  lo.args = argv;
   lo.nproc = nproc_here;
   lo.node = plan;
   lo.grace_seconds = config.distributed.grace_seconds;
   log.info("launching " + std::to_string(nproc_here) + " workers on node " + std::to_string(plan.node_rank) +
            " of " + std::to_string(plan.nnodes) + " (" + plan.source + ")");
   return launch_workers(lo);
+}
+
+Config job_config(const std::string& path, std::vector<std::string> sets, const std::string& nproc_per_node) {
+  if (!nproc_per_node.empty()) sets.push_back("distributed.nproc_per_node=" + nproc_per_node);
+  Config config = load_config(path, sets);
+  apply_threads(config);
+  return config;
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& args) {
+  const Config config = job_config(args.config, args.sets, args.nproc_per_node);
+  if (!args.resume.empty()) read_checkpoint_meta(args.resume);  // fail early on a bad file
+  return run_job(config, args.argv,
+                 [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
+                   TrainOptions options;
+                   options.resume_path = args.resume;
+                   options.device = device;
+                   options.stop_signal = &g_stop_signal;
+                   return finish(train(c, collectives, log, options), c, log);
+                 });
+}
+
+int run_bench(const BenchArgs& args) {
+  const Config config = job_config(args.config, args.sets, args.nproc_per_node);
+  return run_job(config, args.argv,
+                 [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
+                   BenchOptions options;
+                   options.steps = args.steps;
+                   options.warmup = args.warmup;
+                   options.device = device;
+                   const BenchResult r = run_bench(c, collectives, options);
+                   if (!collectives.is_main()) return 0;
+                   std::cout << bench_table(r) << std::flush;
+                   if (!args.out.empty()) {
+                     write_file_atomic(args.out, bench_json(r));
+                     std::cout << "wrote " << args.out << "\n";
+                   }
+                   return 0;
+                 });
 }
 
 int run_evaluate(const EvalArgs& args) {

@@ -25,6 +25,16 @@ struct EvalArgs {
   bool tta = false;
 };
 
+struct BenchArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string nproc_per_node;  // --nproc-per-node ("" = from the config)
+  int steps = 30;
+  int warmup = 5;
+  std::string out;                // JSON file ("" = table only)
+  std::vector<std::string> argv;  // the command line after the program name (re-used by workers)
+};
+
 struct SynthArgs {
   std::string out;
   int num_images = 3000;
@@ -37,6 +47,7 @@ struct SynthArgs {
 int run_train(const TrainArgs& args);
 int run_evaluate(const EvalArgs& args);
 int run_predict(const EvalArgs& args);
+int run_bench(const BenchArgs& args);
 int run_synth(const SynthArgs& args);
 int run_models();
 

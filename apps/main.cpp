@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   ranzcr::TrainArgs train;
   ranzcr::EvalArgs eval, pred;
   ranzcr::SynthArgs synth;
+  ranzcr::BenchArgs bench;
 
   auto* t = app.add_subcommand("train", "Train a model from a YAML config");
   t->add_option("--config", train.config, "YAML config file")->required();
@@ -53,6 +54,15 @@ int main(int argc, char** argv) {
   s->add_option("--seed", synth.seed, "Generator seed");
   s->add_option("--threads", synth.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
 
+  auto* b = app.add_subcommand("bench", "Images per second of a config: loader, compute, end to end");
+  b->add_option("--config", bench.config, "YAML config file")->required();
+  b->add_option("--set", bench.sets, "Override a config key");
+  b->add_option("--steps", bench.steps, "Timed batches/steps per figure")->check(CLI::Range(1, 1000000));
+  b->add_option("--warmup", bench.warmup, "Untimed batches/steps before each figure")
+      ->check(CLI::Range(0, 1000000));
+  b->add_option("--out", bench.out, "Write the figures as JSON here");
+  b->add_option("--nproc-per-node", bench.nproc_per_node, "Worker processes on this node: N or auto");
+
   auto* m = app.add_subcommand("models", "List the model names");
 
   try {
@@ -73,6 +83,10 @@ int main(int argc, char** argv) {
     if (e->parsed()) return ranzcr::run_evaluate(eval);
     if (p->parsed()) return ranzcr::run_predict(pred);
     if (s->parsed()) return ranzcr::run_synth(synth);
+    if (b->parsed()) {
+      bench.argv.assign(argv + 1, argv + argc);
+      return ranzcr::run_bench(bench);
+    }
     if (m->parsed()) return ranzcr::run_models();
   } catch (const c10::Error& ex) {
     std::cerr << "error: " << first_line(ex.what_without_backtrace()) << std::endl;

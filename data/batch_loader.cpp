@@ -53,17 +53,14 @@ void BatchLoader::work() {
 Batch BatchLoader::make_batch(int64_t b) const {
   const int64_t begin = b * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, rows_.size());
-  const int s = transform_.options().image_size;
-  const int64_t c = static_cast<int64_t>(index_.num_labels());
-  const bool labeled = !index_.labels.empty();
-  std::vector<cv::Mat> images;
+  std::vector<TransformedImage> images;
   std::vector<int64_t> kept;
   Batch batch;
   for (int64_t i = begin; i < end; ++i) {
     const int64_t row = rows_[i];
     try {
-      const cv::Mat gray = decode_grayscale(index_.image_paths[row], s);
-      images.push_back(transform_(gray, epoch_, row));
+      const cv::Mat gray = decode_grayscale(index_.image_paths[row], transform_.options().image_size);
+      images.push_back(transform_.transform_u8(gray, epoch_, row));
       kept.push_back(row);
     } catch (const std::runtime_error& e) {
       if (!options_.skip_bad_images)
@@ -72,21 +69,40 @@ Batch BatchLoader::make_batch(int64_t b) const {
       ++batch.skipped;
     }
   }
+  collate(images, kept, &batch);
+  return batch;
+}
+
+void BatchLoader::collate(const std::vector<TransformedImage>& images, const std::vector<int64_t>& kept,
+                          Batch* batch) const {
+  const int s = transform_.options().image_size;
+  const int64_t c = static_cast<int64_t>(index_.num_labels());
+  const bool labeled = !index_.labels.empty();
   const int64_t n = static_cast<int64_t>(kept.size());
   auto opts = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(options_.pin_memory);
-  batch.images = torch::empty({n, 1, s, s}, opts);
-  batch.labels = torch::zeros({n, labeled ? c : 0}, opts);
-  batch.indices = torch::empty({n}, torch::kLong);
-  float* img_ptr = batch.images.data_ptr<float>();
+  batch->images = torch::empty({n, 1, s, s}, options_.uint8_images ? opts.dtype(torch::kUInt8) : opts);
+  batch->labels = torch::zeros({n, labeled ? c : 0}, opts);
+  batch->indices = torch::empty({n}, torch::kLong);
+  if (options_.uint8_images) {
+    batch->pixel_scale = torch::empty({n}, opts);
+    batch->pixel_offset = torch::empty({n}, opts);
+  }
   for (int64_t i = 0; i < n; ++i) {
-    const cv::Mat& m = images[i];
-    for (int y = 0; y < s; ++y) std::memcpy(img_ptr + (i * s + y) * s, m.ptr<float>(y), s * sizeof(float));
-    batch.indices.data_ptr<int64_t>()[i] = kept[i];
+    if (options_.uint8_images) {
+      uint8_t* dst = batch->images.data_ptr<uint8_t>() + i * s * s;
+      for (int y = 0; y < s; ++y) std::memcpy(dst + y * s, images[i].u8.ptr<uint8_t>(y), s);
+      batch->pixel_scale.data_ptr<float>()[i] = static_cast<float>(images[i].scale);
+      batch->pixel_offset.data_ptr<float>()[i] = static_cast<float>(images[i].offset);
+    } else {
+      const cv::Mat m = to_float(images[i]);
+      float* dst = batch->images.data_ptr<float>() + i * s * s;
+      for (int y = 0; y < s; ++y) std::memcpy(dst + y * s, m.ptr<float>(y), s * sizeof(float));
+    }
+    batch->indices.data_ptr<int64_t>()[i] = kept[i];
     if (labeled)
-      std::memcpy(batch.labels.data_ptr<float>() + i * c, index_.labels.data() + kept[i] * c,
+      std::memcpy(batch->labels.data_ptr<float>() + i * c, index_.labels.data() + kept[i] * c,
                   c * sizeof(float));
   }
-  return batch;
 }
 
 std::optional<Batch> BatchLoader::next() {
@@ -99,6 +115,13 @@ std::optional<Batch> BatchLoader::next() {
   cv_.notify_all();
   if (node.mapped().error) std::rethrow_exception(node.mapped().error);
   return std::move(node.mapped().batch);
+}
+
+torch::Tensor normalize_images(const torch::Tensor& images, const torch::Tensor& scale,
+                               const torch::Tensor& offset) {
+  if (images.scalar_type() != torch::kUInt8) return images;
+  return (images.to(torch::kFloat32) * scale.view({-1, 1, 1, 1}) + offset.view({-1, 1, 1, 1}))
+      .clamp_(0.0, 1.0);
 }
 
 }  // namespace ranzcr

@@ -18,11 +18,19 @@
 namespace ranzcr {
 
 struct Batch {
-  torch::Tensor images;   // [N, 1, S, S] float32, values in [0, 1]
-  torch::Tensor labels;   // [N, C] float32, 0/1 ([N, 0] when the index is unlabeled)
-  torch::Tensor indices;  // [N] int64, rows of the DatasetIndex
-  int64_t skipped = 0;    // unreadable images left out of this batch (skip_bad_images)
+  torch::Tensor images;        // [N, 1, S, S] float32 in [0, 1]; uint8 with LoaderOptions::uint8_images
+  torch::Tensor pixel_scale;   // [N] float32, uint8 batches only: float = clamp(u8 * scale + offset, 0, 1)
+  torch::Tensor pixel_offset;  // [N] float32, uint8 batches only
+  torch::Tensor labels;        // [N, C] float32, 0/1 ([N, 0] when the index is unlabeled)
+  torch::Tensor indices;       // [N] int64, rows of the DatasetIndex
+  int64_t skipped = 0;         // unreadable images left out of this batch (skip_bad_images)
 };
+
+/// The float images of a uint8 batch: clamp(u8 * scale + offset, 0, 1) per image, on the tensors'
+/// device (the GPU, after the 8-bit copy). Float batches are returned as they are.
+/// [N, 1, S, S] uint8, [N], [N] -> [N, 1, S, S] float32.
+torch::Tensor normalize_images(const torch::Tensor& images, const torch::Tensor& scale,
+                               const torch::Tensor& offset);
 
 struct LoaderOptions {
   int batch_size = 32;
@@ -31,6 +39,7 @@ struct LoaderOptions {
   bool skip_bad_images = false;  // false: an unreadable image is an error
   bool drop_last = false;        // drop a final partial batch
   bool pin_memory = false;       // page-locked host memory (for CUDA copies)
+  bool uint8_images = false;     // hand over 8-bit images + per-image scale/offset (normalised later)
 };
 
 class BatchLoader {
@@ -53,6 +62,8 @@ class BatchLoader {
   };
   void work();
   Batch make_batch(int64_t b) const;
+  void collate(const std::vector<TransformedImage>& images, const std::vector<int64_t>& kept,
+               Batch* batch) const;
 
   const DatasetIndex& index_;
   std::vector<int64_t> rows_;

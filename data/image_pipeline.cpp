@@ -81,21 +81,19 @@ cv::Mat decode_grayscale(const std::string& path, int target_size) {
   return img;
 }
 
-cv::Mat ImageTransform::operator()(const cv::Mat& gray, int64_t epoch, int64_t sample_index) const {
+TransformedImage ImageTransform::transform_u8(const cv::Mat& gray, int64_t epoch,
+                                              int64_t sample_index) const {
   const int s = options_.image_size;
   const auto& aug = options_.augment;
-  cv::Mat img;
+  TransformedImage out;
+  cv::Mat& img = out.u8;
   const int interp = (gray.cols > s || gray.rows > s) ? cv::INTER_AREA : cv::INTER_LINEAR;
   cv::resize(gray, img, cv::Size(s, s), 0, 0, interp);
   if (aug.clahe) {
     cv::Ptr<cv::CLAHE> clahe = cv::createCLAHE(2.0, cv::Size(8, 8));
     clahe->apply(img, img);
   }
-  cv::Mat out;
-  if (!options_.train) {
-    img.convertTo(out, CV_32F, 1.0 / 255.0);
-    return out;
-  }
+  if (!options_.train) return out;
   std::mt19937_64 rng(mix_seed(options_.seed, epoch, sample_index));
   auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   const double angle = uniform(-aug.rotate_deg, aug.rotate_deg);
@@ -111,11 +109,22 @@ cv::Mat ImageTransform::operator()(const cv::Mat& gray, int64_t epoch, int64_t s
     cv::warpAffine(img, img, m, img.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
   }
   if (flip) cv::flip(img, img, 1);
-  // out = (x - 0.5) * contrast + 0.5 + brightness, clipped to [0, 1]
-  img.convertTo(out, CV_32F, contrast / 255.0, 0.5 - 0.5 * contrast + brightness);
+  // float = (x - 0.5) * contrast + 0.5 + brightness, clipped to [0, 1]
+  out.scale = contrast / 255.0;
+  out.offset = 0.5 - 0.5 * contrast + brightness;
+  return out;
+}
+
+cv::Mat to_float(const TransformedImage& image) {
+  cv::Mat out;
+  image.u8.convertTo(out, CV_32F, image.scale, image.offset);
   cv::min(out, 1.0, out);
   cv::max(out, 0.0, out);
   return out;
+}
+
+cv::Mat ImageTransform::operator()(const cv::Mat& gray, int64_t epoch, int64_t sample_index) const {
+  return to_float(transform_u8(gray, epoch, sample_index));
 }
 
 }  // namespace ranzcr

@@ -25,16 +25,31 @@ struct TransformOptions {
   uint64_t seed = 0;
 };
 
+/// An image after the geometric part of the transform, with its photometric part still to apply:
+/// the float image is clamp(u8 * scale + offset, 0, 1). Keeping the 8-bit image lets a loader ship a
+/// quarter of the bytes and the GPU do the float conversion (see normalize_images).
+struct TransformedImage {
+  cv::Mat u8;                  // CV_8UC1 [image_size, image_size]
+  double scale = 1.0 / 255.0;  // contrast / 255
+  double offset = 0.0;         // 0.5 - 0.5 * contrast + brightness
+};
+
 /// Resize (and for training: random affine, flip, brightness/contrast), from CV_8UC1 of any size to
 /// CV_32FC1 [image_size, image_size] with values in [0, 1]. Deterministic for (seed, epoch, index).
 class ImageTransform {
  public:
   explicit ImageTransform(TransformOptions options) : options_(std::move(options)) {}
+  /// The float image: to_float(transform_u8(...)).
   cv::Mat operator()(const cv::Mat& gray, int64_t epoch, int64_t sample_index) const;
+  /// Resize, CLAHE, affine and flip as 8-bit; brightness/contrast as the returned scale and offset.
+  TransformedImage transform_u8(const cv::Mat& gray, int64_t epoch, int64_t sample_index) const;
   const TransformOptions& options() const { return options_; }
 
  private:
   TransformOptions options_;
 };
+
+/// CV_32FC1 clamp(u8 * scale + offset, 0, 1): the same float image on every path.
+cv::Mat to_float(const TransformedImage& image);
 
 }  // namespace ranzcr

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <unordered_set>
@@ -38,6 +39,7 @@ struct DistributedDataParallel::State {
   std::vector<int64_t> bucket_of;
   bool enabled = true;
   bool sync = true;
+  double wait_seconds = 0.0;
 
   std::mutex mutex;
   std::vector<char> ready;
@@ -161,6 +163,7 @@ void DistributedDataParallel::finish_gradient_sync() {
   if (s.collectives->world_size() == 1) return;
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.sync) return;
+  const auto start = std::chrono::steady_clock::now();
   while (s.next_launch < static_cast<int64_t>(s.buckets.size())) s.launch(s.next_launch++);
   torch::NoGradGuard no_grad;
   for (size_t b = 0; b < s.buckets.size(); ++b) {
@@ -176,6 +179,7 @@ void DistributedDataParallel::finish_gradient_sync() {
       offset += p.numel();
     }
   }
+  s.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.last_launched_in_backward = s.launched_in_backward;
   s.reset();
 }
@@ -194,6 +198,10 @@ void DistributedDataParallel::average_buffers() {
 
 int64_t DistributedDataParallel::num_buckets() const {
   return static_cast<int64_t>(state_->buckets.size());
+}
+
+double DistributedDataParallel::sync_wait_seconds() const {
+  return state_->wait_seconds;
 }
 
 int64_t DistributedDataParallel::launched_during_backward() const {

@@ -42,6 +42,10 @@ class DistributedDataParallel {
   void average_buffers();
 
   int64_t num_buckets() const;
+  /// Seconds the host spent in finish_gradient_sync (launching the remaining buckets and waiting for
+  /// all) since construction. With Gloo that is the exposed communication; with NCCL, wait() does not
+  /// block the host, so this measures only the launch.
+  double sync_wait_seconds() const;
   /// Buckets launched from inside the last backward (before it returned): the overlap, instrumented.
   int64_t launched_during_backward() const;
 

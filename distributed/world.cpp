@@ -155,4 +155,9 @@ NodePlan node_plan_from_env(const EnvMap& env, bool slurm_tasks_are_nodes) {
   return plan;
 }
 
+int gpu_for_local_rank(int local_rank, int visible_gpus) {
+  if (visible_gpus <= 1) return 0;
+  return local_rank % visible_gpus;
+}
+
 }  // namespace ranzcr

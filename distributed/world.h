@@ -45,6 +45,11 @@ struct NodePlan {
 };
 NodePlan node_plan_from_env(const EnvMap& env, bool slurm_tasks_are_nodes);
 
+/// The GPU index for a process with `local_rank` when `visible_gpus` are visible to it: the single
+/// visible GPU when there is one (Slurm --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank), else
+/// local_rank modulo the visible count.
+int gpu_for_local_rank(int local_rank, int visible_gpus);
+
 /// First host of a Slurm node list: "gpu[07-09,12],cpu1" -> "gpu07".
 std::string first_slurm_host(const std::string& nodelist);
 

@@ -65,6 +65,10 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
   meta.world_size = need("world_size").toInt();
   meta.epoch_batches_done = need("epoch_batches_done").toInt();
   meta.batch_size = need("batch_size").toInt();
+  c10::IValue optional;  // added later within format version 1: absent in older files
+  if (archive.try_read("loss_scale", optional) && optional.isDouble()) meta.loss_scale = optional.toDouble();
+  if (archive.try_read("loss_scale_growth", optional) && optional.isInt())
+    meta.loss_scale_growth = optional.toInt();
   return meta;
 }
 
@@ -117,6 +121,8 @@ std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& 
   archive.write("world_size", c10::IValue(meta.world_size));
   archive.write("epoch_batches_done", c10::IValue(meta.epoch_batches_done));
   archive.write("batch_size", c10::IValue(meta.batch_size));
+  archive.write("loss_scale", c10::IValue(meta.loss_scale));
+  archive.write("loss_scale_growth", c10::IValue(meta.loss_scale_growth));
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   archive.write("model", model_archive);

@@ -24,6 +24,8 @@ struct CheckpointMeta {
   int64_t world_size = 1;          // processes of the run that wrote it
   int64_t epoch_batches_done = 0;  // batches of epoch `epoch` done (per rank) when stopped mid-epoch
   int64_t batch_size = 0;          // per process
+  double loss_scale = 0.0;         // fp16 loss scaler's scale (0 = no scaler)
+  int64_t loss_scale_growth = 0;   // fp16 loss scaler's clean steps since its last change
 };
 
 /// The checkpoint file's bytes: model, optimizer (may be null) and meta.

@@ -63,6 +63,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.num_threads", t.num_threads);
   v("train.tta_hflip", t.tta_hflip);
   v("train.early_stop_patience", t.early_stop_patience);
+  v("train.precision", t.precision);
+  v("train.channels_last", t.channels_last);
   v("distributed.nproc_per_node", c.distributed.nproc_per_node);
   v("distributed.backend", c.distributed.backend);
   v("distributed.init_method", c.distributed.init_method);
@@ -269,6 +271,12 @@ void validate_config(const Config& c) {
   require(c.train.eval_batch_size >= 1, "train.eval_batch_size must be at least 1");
   require(c.train.num_threads >= 0, "train.num_threads must be >= 0");
   require(c.train.early_stop_patience >= 0, "train.early_stop_patience must be >= 0");
+  const auto& p = c.train.precision;
+  require(p == "auto" || p == "fp32" || p == "bf16" || p == "fp16",
+          "train.precision must be auto, fp32, bf16 or fp16, got '" + p + "'");
+  const auto& cl = c.train.channels_last;
+  require(cl == "auto" || cl == "true" || cl == "false",
+          "train.channels_last must be auto, true or false, got '" + cl + "'");
   require(
       c.distributed.backend == "auto" || c.distributed.backend == "gloo" || c.distributed.backend == "nccl",
       "distributed.backend must be auto, gloo or nccl, got '" + c.distributed.backend + "'");

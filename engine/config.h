@@ -39,6 +39,8 @@ struct TrainConfig {
   int num_threads = 0;             // LibTorch intra-op threads (0 = all cores)
   bool tta_hflip = false;          // validation/evaluate/predict: average with the hflipped image
   int early_stop_patience = 0;     // stop after this many epochs without a better val AUC (0 = off)
+  std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (auto: bf16 on GPUs that have it, else fp32)
+  std::string channels_last = "auto";  // auto | true | false: NHWC conv layout (auto: on for CUDA)
 };
 
 struct DistributedConfig {

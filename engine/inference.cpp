@@ -2,6 +2,7 @@
 
 #include "data/batch_loader.h"
 #include "data/sampler.h"
+#include "engine/device_batches.h"
 
 namespace ranzcr {
 
@@ -31,23 +32,29 @@ InferenceResult run_inference(Classifier& model, const DatasetIndex& index, cons
   lo.num_workers = options.num_workers;
   lo.prefetch_batches = options.prefetch_batches;
   lo.skip_bad_images = options.skip_bad_images;
-  lo.pin_memory = options.device.is_cuda();
+  set_loader_transfer(lo, options.device);
   BatchLoader loader(index, my_rows, ImageTransform(to), /*epoch=*/0, lo);
+  DeviceBatchOptions dbo;
+  dbo.device = options.device;
+  dbo.in_channels = options.in_channels;
+  dbo.channels_last = options.channels_last;
+  DeviceBatches batches(loader, dbo);
 
   const int64_t c = static_cast<int64_t>(index.num_labels());
-  std::vector<torch::Tensor> logits, labels, got_rows;
+  std::vector<torch::Tensor> logits, labels, got_rows;  // device tensors: one copy to the host at the end
   int64_t skipped = 0;
   const bool was_training = model.is_training();
   model.eval();
   {
     torch::NoGradGuard no_grad;
-    while (auto batch = loader.next()) {
+    while (auto batch = batches.next()) {
       skipped += batch->skipped;
-      if (batch->images.size(0) == 0) continue;
-      const torch::Tensor x = model_input(batch->images, options.in_channels, options.device);
-      torch::Tensor out = model.forward(x);
-      if (options.tta_hflip) out = 0.5 * (out + model.forward(x.flip({3})));
-      logits.push_back(out.to(torch::kCPU, torch::kFloat32));
+      if (batch->size() == 0) continue;
+      const torch::Tensor& x = batch->images;
+      Autocast autocast(options.device, options.precision);
+      torch::Tensor out = model.forward(x).to(torch::kFloat32);
+      if (options.tta_hflip) out = 0.5 * (out + model.forward(x.flip({3})).to(torch::kFloat32));
+      logits.push_back(out);
       labels.push_back(batch->labels);
       got_rows.push_back(batch->indices);
     }
@@ -58,8 +65,8 @@ InferenceResult run_inference(Classifier& model, const DatasetIndex& index, cons
   };
   const bool labeled = !index.labels.empty();
   InferenceResult local;
-  local.logits = cat(logits, torch::zeros({0, c}));
-  local.labels = cat(labels, torch::zeros({0, labeled ? c : 0}));
+  local.logits = cat(logits, torch::zeros({0, c})).to(torch::kCPU);
+  local.labels = cat(labels, torch::zeros({0, labeled ? c : 0})).to(torch::kCPU);
   local.rows = cat(got_rows, torch::zeros({0}, torch::kLong));
 
   // One gather of everything; then back into the order of `rows`.

@@ -7,6 +7,7 @@
 
 #include "data/dataset_index.h"
 #include "distributed/collectives.h"
+#include "engine/precision.h"
 #include "models/registry.h"
 
 namespace ranzcr {
@@ -21,6 +22,8 @@ struct InferenceOptions {
   bool tta_hflip = false;  // average the logits of the image and its horizontal mirror
   int in_channels = 1;
   torch::Device device = torch::kCPU;
+  Precision precision = Precision::kFp32;  // autocast dtype of the forward
+  bool channels_last = false;              // NHWC input (for a channels_last model)
 };
 
 struct InferenceResult {

@@ -1,5 +1,6 @@
 #include "engine/trainer.h"
 
+#include <ATen/Context.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -10,13 +11,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "data/batch_loader.h"
-#include "data/dataset_index.h"
-#include "data/sampler.h"
-#include "data/split.h"
-#include "distributed/ddp.h"
-#include "engine/checkpoint.h"
-#include "engine/inference.h"
+#include "engine/cuda_support.h"
 #include "engine/metrics.h"
 #include "models/registry.h"
 
@@ -28,28 +23,6 @@ namespace {
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::string fmt(double v, int precision = 4) {
-  std::ostringstream ss;
-  ss << std::fixed << std::setprecision(precision) << v;
-  return ss.str();
-}
-
-std::string fmt_duration(double s) {
-  const int64_t t = static_cast<int64_t>(std::max(0.0, s));
-  std::ostringstream ss;
-  ss << t / 60 << ":" << std::setw(2) << std::setfill('0') << t % 60;
-  return ss.str();
-}
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model) {
-  if (o.name == "sgd")
-    return std::make_unique<torch::optim::SGD>(
-        model.parameters(),
-        torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay));
-  return std::make_unique<torch::optim::AdamW>(model.parameters(),
-                                               torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
 }
 
 // Keeps the first `epochs` lines of metrics.jsonl (after a resume the later ones are recomputed).
@@ -66,7 +39,13 @@ void truncate_metrics(const std::string& path, int64_t epochs) {
   write_file_atomic(path, kept);
 }
 
+// With several ranks the stop flags are all-reduced only every this many optimizer steps (and at the
+// end of an epoch): a collective, and on CUDA a host sync, per step would stall the GPU pipeline.
+constexpr int64_t kStopPollSteps = 8;
+
 }  // namespace
+
+// ---- free helpers ------------------------------------------------------------------------------------
 
 InferenceOptions inference_options(const Config& config, torch::Device device, bool tta) {
   InferenceOptions io;
@@ -79,6 +58,8 @@ InferenceOptions inference_options(const Config& config, torch::Device device, b
   io.tta_hflip = tta || config.train.tta_hflip;
   io.in_channels = config.model.in_channels;
   io.device = device;
+  io.precision = resolve_precision(config.train.precision, device);
+  io.channels_last = resolve_channels_last(config.train.channels_last, device);
   return io;
 }
 
@@ -96,284 +77,392 @@ double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, dou
   return floor + 0.5 * (lr - floor) * (1.0 + std::cos(M_PI * progress));
 }
 
-TrainSummary train(Config config, Collectives& collectives, RunLog& log, const TrainOptions& options) {
-  const bool main = collectives.is_main();
-  const auto& dc = config.data;
-  DatasetIndex index = load_train_index(dc, index_options(dc));
-  config.data.label_columns = index.label_names;  // resolved: written to config.yaml and the checkpoint
-  const Split split = validation_split(config, index);
-  const int64_t num_classes = static_cast<int64_t>(index.num_labels());
-
-  const fs::path out_dir(config.output.dir);
-  const std::string config_yaml = config_to_yaml(config);
-  if (main) {
-    fs::create_directories(out_dir / "checkpoints");
-    write_file_atomic((out_dir / "config.yaml").string(), config_yaml);
-    log.open_file((out_dir / "log.txt").string());
-  }
-  log.info("data: " + std::to_string(index.size()) + " images, " + std::to_string(num_classes) +
-           " labels; train " + std::to_string(split.train.size()) + ", validation " +
-           std::to_string(split.val.size()) + " (grouped by " +
-           (dc.group_column.empty() ? std::string("row") : dc.group_column) + ")");
-
-  torch::manual_seed(config.seed);
+std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
+                                       bool channels_last) {
   ModelSpec spec;
   spec.in_channels = config.model.in_channels;
   spec.num_classes = static_cast<int>(num_classes);
   spec.dropout = config.model.dropout;
   std::shared_ptr<Classifier> model = create_model(config.model.name, spec);
-  model->to(options.device);
-  auto optimizer = make_optimizer(config.optim, *model);
-  log.info("model: " + config.model.name + ", " + std::to_string(count_parameters(*model)) + " parameters, " +
-           "device " + options.device.str() + ", world size " + std::to_string(collectives.world_size()));
+  model->to(device);
+  set_memory_format(*model, channels_last);
+  return model;
+}
 
-  CheckpointMeta meta;
-  meta.config_yaml = config_yaml;
-  meta.model_name = config.model.name;
-  meta.label_names = index.label_names;
-  meta.world_size = collectives.world_size();
-  meta.batch_size = config.train.batch_size;
-  int64_t skip_batches = 0;  // of the first epoch, when resuming a run stopped mid-epoch
-  if (!options.resume_path.empty()) {
-    collectives.barrier();  // the file is complete before anyone reads it
-    CheckpointReader reader(options.resume_path, options.device);  // one read: check, then restore
-    const CheckpointMeta& saved = reader.meta();
-    if (saved.model_name != config.model.name)
-      throw std::runtime_error("--resume " + options.resume_path + ": checkpoint holds model '" +
-                               saved.model_name + "' but the config says '" + config.model.name + "'");
-    if (saved.label_names != index.label_names)
-      throw std::runtime_error("--resume " + options.resume_path +
-                               ": the checkpoint's label columns differ from the data's");
-    reader.restore(*model, optimizer.get());
-    const CheckpointMeta& loaded = saved;
-    meta.epoch = loaded.epoch;
-    meta.step = loaded.step;
-    meta.best_metric = loaded.best_metric;
-    if (loaded.world_size != collectives.world_size())
-      log.warn("resuming a checkpoint written by " + std::to_string(loaded.world_size) + " processes with " +
-               std::to_string(collectives.world_size()) +
-               ": the data order of later epochs differs from the original run");
-    if (loaded.epoch_batches_done > 0) {
-      if (loaded.world_size == collectives.world_size() && loaded.batch_size == config.train.batch_size) {
-        skip_batches = loaded.epoch_batches_done;
-      } else {
-        log.warn("the checkpoint was saved mid-epoch by a run of another shape; epoch " +
-                 std::to_string(loaded.epoch + 1) + " restarts from its beginning");
-      }
-    }
-    if (main) truncate_metrics((out_dir / "metrics.jsonl").string(), meta.epoch);
-    log.info("resumed from " + options.resume_path + " at epoch " + std::to_string(meta.epoch) + ", step " +
-             std::to_string(meta.step) + (skip_batches ? ", batch " + std::to_string(skip_batches) : ""));
-  }
-  DdpOptions ddp_options;
-  ddp_options.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * 1024 * 1024);
-  ddp_options.broadcast_buffers = config.distributed.bn_sync == "broadcast";
-  DistributedDataParallel ddp(*model, collectives, ddp_options);
-  // BatchNorm statistics agree on every rank before evaluation and checkpoints.
-  auto sync_buffers = [&] {
-    if (ddp_options.broadcast_buffers)
-      ddp.before_forward();
-    else
-      ddp.average_buffers();
-  };
-  // Serialized once, written to as many files as needed (last, best, epoch_NNN).
-  auto save = [&](const std::vector<std::string>& paths) {
-    const std::string bytes = serialize_checkpoint(meta, *model, optimizer.get());
-    for (const auto& path : paths) write_file_atomic(path, bytes);
-  };
-  const std::string ckpt_dir = (out_dir / "checkpoints").string();
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model) {
+  if (o.name == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        model.parameters(),
+        torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay));
+  return std::make_unique<torch::optim::AdamW>(model.parameters(),
+                                               torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+}
 
-  SamplerOptions so;
-  so.rank = collectives.rank();
-  so.world_size = collectives.world_size();
-  so.seed = static_cast<uint64_t>(config.seed);
-  so.drop_last = split.train.size() >= static_cast<size_t>(config.train.batch_size * so.world_size);
-  DistributedSampler sampler(static_cast<int64_t>(split.train.size()), so);
+StepOptions step_options(const Config& config, const torch::Device& device) {
+  StepOptions so;
+  so.accum_steps = config.train.accum_steps;
+  so.grad_clip = config.optim.grad_clip;
+  so.precision = resolve_precision(config.train.precision, device);
+  return so;
+}
 
-  LoaderOptions lo;
-  lo.batch_size = config.train.batch_size;
-  lo.num_workers = dc.num_workers;
-  lo.prefetch_batches = dc.prefetch_batches;
-  lo.skip_bad_images = dc.skip_bad_images;
-  lo.drop_last = so.drop_last;
-  lo.pin_memory = options.device.is_cuda();
+TransformOptions train_transform(const Config& config) {
   TransformOptions to;
-  to.image_size = dc.image_size;
+  to.image_size = config.data.image_size;
   to.train = true;
-  to.augment = dc.augment;
+  to.augment = config.data.augment;
   to.seed = static_cast<uint64_t>(config.seed);
+  return to;
+}
 
-  const int64_t per_rank = sampler.num_samples();
-  const int64_t batches =
-      lo.drop_last ? per_rank / lo.batch_size : (per_rank + lo.batch_size - 1) / lo.batch_size;
-  const int accum = config.train.accum_steps;
-  const int64_t steps_per_epoch = (batches + accum - 1) / accum;
-  const int64_t total_steps = steps_per_epoch * config.train.epochs;
-  const int64_t warmup_steps =
-      static_cast<int64_t>(std::llround(config.optim.warmup_epochs * steps_per_epoch));
+void configure_device(const torch::Device& device) {
+  if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);  // fixed shapes: pick the fastest conv
+}
 
-  const InferenceOptions io = inference_options(config, options.device);
+// ---- Trainer pieces ----------------------------------------------------------------------------------
 
-  TrainSummary summary;
-  int64_t epochs_since_best = 0;
-  summary.best_auc = meta.best_metric;
-  double lr = config.optim.lr;
-  for (int64_t epoch = meta.epoch; epoch < config.train.epochs; ++epoch) {
-    const auto epoch_start = Clock::now();
-    torch::manual_seed(static_cast<uint64_t>(config.seed) * 1000003ULL + static_cast<uint64_t>(epoch));
-    sampler.set_epoch(epoch);
-    std::vector<int64_t> rows;
-    for (int64_t p : sampler.indices()) rows.push_back(split.train[p]);
-    const int64_t skipped_batches = skip_batches;
-    if (skip_batches > 0) {  // resuming mid-epoch: the same order, minus what was done
-      rows.erase(rows.begin(), rows.begin() + std::min<int64_t>(rows.size(), skip_batches * lo.batch_size));
-      skip_batches = 0;
-    }
-    BatchLoader loader(index, rows, ImageTransform(to), epoch, lo);
-    model->train();
-    optimizer->zero_grad();
-    // Loss sums stay on the device (float64): reading them forces a sync, so only progress lines do.
-    const auto sum_options = torch::TensorOptions().dtype(torch::kDouble).device(options.device);
-    torch::Tensor loss_sum = torch::zeros({}, sum_options), window_loss = torch::zeros({}, sum_options);
-    double seen = 0.0, window_n = 0.0;
-    int64_t skipped = 0, batch_i = 0;
-    const int64_t epoch_batches = loader.num_batches() + skipped_batches;
-    auto last_print = Clock::now();
-    while (auto batch = loader.next()) {
-      skipped += batch->skipped;
-      const int64_t n = batch->images.size(0);
-      const bool sync_step = (batch_i + 1) % accum == 0 || batch_i + 1 == loader.num_batches();
-      ddp.set_require_sync(sync_step);
-      if (n > 0) {
-        ddp.before_forward();
-        const torch::Tensor x = model_input(batch->images, config.model.in_channels, options.device);
-        const torch::Tensor y = batch->labels.to(options.device, true);
-        const torch::Tensor loss = torch::binary_cross_entropy_with_logits(model->forward(x), y);
-        const torch::Tensor scaled = loss / accum;
-        if (sync_step) ddp.prepare_backward(scaled);
-        scaled.backward();
-        const torch::Tensor weighted = loss.detach().to(torch::kDouble) * static_cast<double>(n);
-        loss_sum += weighted, window_loss += weighted;
-        seen += n, window_n += n;
-      }
-      ++batch_i;
-      if (sync_step) {
-        ddp.finish_gradient_sync();
-        if (config.optim.grad_clip > 0)
-          torch::nn::utils::clip_grad_norm_(model->parameters(), config.optim.grad_clip);
-        lr = scheduled_lr(meta.step, total_steps, warmup_steps, config.optim.lr, config.optim.min_lr_ratio);
-        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
-        optimizer->step();
-        optimizer->zero_grad();
-        ++meta.step;
-        // A stop request (SIGTERM/SIGINT) on any rank stops every rank at this same step.
-        const int local_stop = options.stop_signal ? options.stop_signal->load() : 0;
-        torch::Tensor stop = torch::tensor({static_cast<double>(local_stop)}, torch::kDouble);
-        if (collectives.world_size() > 1) collectives.all_reduce_sum(stop);
-        if (stop.item<double>() > 0 && !summary.stopped_by_signal) {
-          summary.stopped_by_signal = local_stop > 0 ? local_stop : SIGTERM;
-          if (batch_i < loader.num_batches()) {  // mid-epoch: save where we are (else finish the epoch)
-            meta.epoch_batches_done = skipped_batches + batch_i;
-            sync_buffers();
-            if (main) save({ckpt_dir + "/last.pt"});
-            collectives.barrier();
-            log.warn("stopped at epoch " + std::to_string(epoch + 1) + " batch " +
-                     std::to_string(meta.epoch_batches_done) + "/" + std::to_string(epoch_batches) +
-                     "; saved " + ckpt_dir + "/last.pt (resume with --resume)");
-            return summary;
-          }
-        }
-      }
-      if (seconds_since(last_print) >= config.train.log_every_seconds || batch_i == loader.num_batches()) {
-        const double elapsed = seconds_since(epoch_start);
-        const double ips = seen * collectives.world_size() / std::max(elapsed, 1e-9);
-        const double eta = elapsed / batch_i * (loader.num_batches() - batch_i);
-        log.info("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.train.epochs) + " step " +
-                 std::to_string(skipped_batches + batch_i) + "/" + std::to_string(epoch_batches) + " loss " +
-                 fmt(window_n > 0 ? window_loss.item<double>() / window_n : 0.0) + " lr " + fmt(lr, 6) + " " +
-                 fmt(ips, 1) + " img/s eta " + fmt_duration(eta));
-        window_loss.zero_();
-        window_n = 0.0;
-        last_print = Clock::now();
-      }
-    }
-    const double train_seconds = seconds_since(epoch_start);
+/// Whether any rank was asked to stop (SIGTERM/SIGINT). One process reads its flag every step (free);
+/// several all-reduce their flags every kStopPollSteps steps and at the end of an epoch.
+class Trainer::StopPoll {
+ public:
+  StopPoll(Collectives& collectives, const std::atomic<int>* flag) : collectives_(collectives), flag_(flag) {}
+  /// True when the run must stop after optimizer step `step`.
+  bool requested(int64_t step, bool epoch_end) {
+    if (collectives_.world_size() == 1) return local() > 0;
+    if (step % kStopPollSteps != 0 && !epoch_end) return false;
+    torch::Tensor stop = torch::tensor({static_cast<double>(local())}, torch::kDouble);
+    collectives_.all_reduce_sum(stop);
+    return stop.item<double>() > 0;
+  }
+  /// This process's signal, or SIGTERM when another rank's signal stopped it.
+  int signal() const { return local() > 0 ? local() : SIGTERM; }
+
+ private:
+  int local() const { return flag_ ? flag_->load() : 0; }
+  Collectives& collectives_;
+  const std::atomic<int>* flag_;
+};
+
+/// Loss sums of an epoch (kept on the device: reading them is a host sync, done only for progress
+/// records and at the end of the epoch) and the periodic progress record.
+class Trainer::Progress {
+ public:
+  Progress(const torch::Device& device, int64_t epoch, int64_t epochs, int64_t batches_before,
+           int64_t batches, double period)
+      : epoch_(epoch), epochs_(epochs), before_(batches_before), batches_(batches), period_(period) {
+    const auto opts = torch::TensorOptions().dtype(torch::kDouble).device(device);
+    loss_sum_ = torch::zeros({}, opts), window_loss_ = torch::zeros({}, opts);
+  }
+  void add(const torch::Tensor& loss, int64_t n, int64_t skipped) {
+    skipped_ += skipped;
+    if (!loss.defined()) return;
+    const torch::Tensor weighted = loss.to(torch::kDouble) * static_cast<double>(n);
+    loss_sum_ += weighted, window_loss_ += weighted;
+    seen_ += n, window_n_ += n;
+  }
+  /// After batch `done` (1-based, this run): a progress record every `period` seconds and at the end.
+  void maybe_report(int64_t done, int64_t step, double lr, int world, MetricsWriter& out) {
+    if (seconds_since(last_) < period_ && done != batches_) return;
+    const double elapsed = seconds_since(start_);
+    ProgressRecord r;
+    r.epoch = epoch_ + 1, r.epochs = epochs_, r.batch = before_ + done, r.batches = before_ + batches_;
+    r.step = step, r.lr = lr;
+    r.loss = window_n_ > 0 ? window_loss_.item<double>() / window_n_ : 0.0;
+    r.images_per_sec = seen_ * world / std::max(elapsed, 1e-9);
+    r.eta_seconds = elapsed / done * (batches_ - done);
+    out.progress(r);
+    window_loss_.zero_();
+    window_n_ = 0.0;
+    last_ = Clock::now();
+  }
+  /// The epoch's totals over every rank.
+  EpochTotals totals(Collectives& collectives) const {
+    const double seconds = seconds_since(start_);
     torch::Tensor stats =
-        torch::tensor({loss_sum.item<double>(), seen, static_cast<double>(skipped)}, torch::kDouble);
+        torch::tensor({loss_sum_.item<double>(), seen_, static_cast<double>(skipped_)}, torch::kDouble);
     collectives.all_reduce_sum(stats);
-    const double train_loss = stats[0].item<double>() / std::max(1.0, stats[1].item<double>());
-    const double images_per_sec = stats[1].item<double>() / std::max(train_seconds, 1e-9);
+    const auto s = stats.accessor<double, 1>();
+    return EpochTotals{s[0], s[1], s[2], seconds};
+  }
 
-    sync_buffers();
-    const InferenceResult val = run_inference(*model, index, split.val, io, collectives);
-    const double val_loss = torch::binary_cross_entropy_with_logits(val.logits, val.labels).item<double>();
-    const AucReport auc = multilabel_auc(val.logits, val.labels, index.label_names);
-    for (const auto& name : auc.undefined)
-      log.warn("validation column '" + name + "' has a single class: AUC undefined, left out of the mean");
-    const double epoch_seconds = seconds_since(epoch_start);
-    const bool improved = !std::isnan(auc.mean) && auc.mean > meta.best_metric;
-    if (improved) meta.best_metric = auc.mean;
-    epochs_since_best = improved ? 0 : epochs_since_best + 1;
-    // Early stopping: rank 0 decides and tells everyone, so no rank waits for the others forever.
-    torch::Tensor stop_early = torch::tensor(
-        {config.train.early_stop_patience > 0 && epochs_since_best >= config.train.early_stop_patience ? 1.0
-                                                                                                       : 0.0},
-        torch::kDouble);
-    collectives.broadcast(stop_early, 0);
-    meta.epoch = epoch + 1;
-    meta.epoch_batches_done = 0;
-    summary.last_auc = auc.mean;
-    summary.best_auc = meta.best_metric;
-    summary.epochs = meta.epoch;
+ private:
+  int64_t epoch_, epochs_, before_, batches_;
+  double period_;
+  torch::Tensor loss_sum_, window_loss_;
+  double seen_ = 0.0, window_n_ = 0.0;
+  int64_t skipped_ = 0;
+  Clock::time_point start_ = Clock::now(), last_ = Clock::now();
+};
 
-    if (main) {
-      nlohmann::json j;
-      j["epoch"] = epoch + 1;
-      j["step"] = meta.step;
-      j["train_loss"] = train_loss;
-      j["val_loss"] = val_loss;
-      j["val_auc_mean"] = std::isnan(auc.mean) ? nlohmann::json() : nlohmann::json(auc.mean);
-      nlohmann::json per_class = nlohmann::json::object();
-      for (size_t k = 0; k < auc.per_class.size(); ++k)
-        per_class[index.label_names[k]] =
-            auc.per_class[k] ? nlohmann::json(*auc.per_class[k]) : nlohmann::json();
-      j["val_auc"] = per_class;
-      j["lr"] = lr;
-      j["images_per_sec"] = images_per_sec;
-      j["epoch_seconds"] = epoch_seconds;
-      j["train_images"] = stats[1].item<int64_t>();
-      j["val_images"] = val.rows.size(0);
-      j["skipped_images"] = stats[2].item<int64_t>() + val.skipped;
-      std::ofstream((out_dir / "metrics.jsonl").string(), std::ios::app) << j.dump() << "\n";
-      std::vector<std::string> paths = {ckpt_dir + "/last.pt"};
-      if (improved) paths.push_back(ckpt_dir + "/best.pt");
-      if (config.output.keep_every > 0 && meta.epoch % config.output.keep_every == 0) {
-        std::ostringstream name;
-        name << ckpt_dir << "/epoch_" << std::setw(3) << std::setfill('0') << meta.epoch << ".pt";
-        paths.push_back(name.str());
-      }
-      save(paths);
-    }
-    collectives.barrier();
-    log.info("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config.train.epochs) +
-             " train_loss " + fmt(train_loss) + " val_loss " + fmt(val_loss) + " val_auc " + fmt(auc.mean) +
-             (improved ? " (best)" : "") + " " + fmt(images_per_sec, 1) + " img/s " + fmt(epoch_seconds, 1) +
-             " s");
-    if (stats[2].item<int64_t>() + val.skipped > 0)
-      log.warn(std::to_string(stats[2].item<int64_t>() + val.skipped) +
-               " unreadable images skipped this epoch");
-    if (stop_early.item<double>() > 0 && epoch + 1 < config.train.epochs) {
-      log.info("early stop: no better val_auc_mean for " + std::to_string(epochs_since_best) + " epochs");
-      summary.early_stopped = true;
-      break;
-    }
-    if (summary.stopped_by_signal) {
-      log.warn("stopped after epoch " + std::to_string(epoch + 1) + "; saved " + ckpt_dir +
-               "/last.pt (resume with --resume)");
-      return summary;
+// ---- Trainer -----------------------------------------------------------------------------------------
+
+Trainer::Trainer(Config config, Collectives& collectives, RunLog& log, TrainOptions options)
+    : config_(std::move(config)), collectives_(collectives), log_(log), options_(std::move(options)) {
+  load_data();
+  build_model();
+  if (!options_.resume_path.empty()) resume(options_.resume_path);
+  plan_epochs();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::load_data() {
+  const auto& dc = config_.data;
+  index_ = load_train_index(dc, index_options(dc));
+  config_.data.label_columns = index_.label_names;  // resolved: written to config.yaml and the checkpoint
+  split_ = validation_split(config_, index_);
+  const fs::path out(config_.output.dir);
+  out_dir_ = out.string();
+  ckpt_dir_ = (out / "checkpoints").string();
+  meta_.config_yaml = config_to_yaml(config_);
+  if (collectives_.is_main()) {
+    fs::create_directories(ckpt_dir_);
+    write_file_atomic((out / "config.yaml").string(), meta_.config_yaml);
+    log_.open_file((out / "log.txt").string());
+    writers_.add(make_jsonl_writer((out / "metrics.jsonl").string()));
+  }
+  writers_.add(make_console_writer(log_));
+  log_.info("data: " + std::to_string(index_.size()) + " images, " + std::to_string(index_.num_labels()) +
+            " labels; train " + std::to_string(split_.train.size()) + ", validation " +
+            std::to_string(split_.val.size()) + " (grouped by " +
+            (dc.group_column.empty() ? std::string("row") : dc.group_column) + ")");
+}
+
+void Trainer::build_model() {
+  const torch::Device device = options_.device;
+  configure_device(device);
+  inference_options_ = inference_options(config_, device);
+  torch::manual_seed(config_.seed);
+  model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,
+                      inference_options_.channels_last);
+  optimizer_ = make_optimizer(config_.optim, *model_);
+  DdpOptions ddp_options;
+  ddp_options.bucket_bytes = static_cast<int64_t>(config_.distributed.bucket_mb * 1024 * 1024);
+  ddp_options.broadcast_buffers = config_.distributed.bn_sync == "broadcast";
+  ddp_ = std::make_unique<DistributedDataParallel>(*model_, collectives_, ddp_options);
+  const StepOptions so = step_options(config_, device);
+  step_ = std::make_unique<TrainStep>(*model_, *optimizer_, *ddp_, device, so);
+  stop_ = std::make_unique<StopPoll>(collectives_, options_.stop_signal);
+  meta_.model_name = config_.model.name;
+  meta_.label_names = index_.label_names;
+  meta_.world_size = collectives_.world_size();
+  meta_.batch_size = config_.train.batch_size;
+  log_.info("model: " + config_.model.name + ", " + std::to_string(count_parameters(*model_)) +
+            " parameters, device " + device.str() + ", precision " + precision_name(so.precision) +
+            (inference_options_.channels_last ? ", channels_last" : "") + ", world size " +
+            std::to_string(collectives_.world_size()));
+}
+
+void Trainer::resume(const std::string& path) {
+  collectives_.barrier();                          // the file is complete before anyone reads it
+  CheckpointReader reader(path, options_.device);  // one read: check, then restore
+  const CheckpointMeta& saved = reader.meta();
+  if (saved.model_name != config_.model.name)
+    throw std::runtime_error("--resume " + path + ": checkpoint holds model '" + saved.model_name +
+                             "' but the config says '" + config_.model.name + "'");
+  if (saved.label_names != index_.label_names)
+    throw std::runtime_error("--resume " + path + ": the checkpoint's label columns differ from the data's");
+  reader.restore(*model_, optimizer_.get());
+  set_memory_format(*model_, inference_options_.channels_last);
+  meta_.epoch = saved.epoch;
+  meta_.step = saved.step;
+  meta_.best_metric = saved.best_metric;
+  if (LossScaler* scaler = step_->loss_scaler(); scaler && saved.loss_scale > 0)
+    scaler->load(saved.loss_scale, saved.loss_scale_growth);
+  if (saved.world_size != collectives_.world_size())
+    log_.warn("resuming a checkpoint written by " + std::to_string(saved.world_size) + " processes with " +
+              std::to_string(collectives_.world_size()) +
+              ": the data order of later epochs differs from the original run");
+  if (saved.epoch_batches_done > 0) {
+    if (saved.world_size == collectives_.world_size() && saved.batch_size == config_.train.batch_size)
+      skip_batches_ = saved.epoch_batches_done;
+    else
+      log_.warn("the checkpoint was saved mid-epoch by a run of another shape; epoch " +
+                std::to_string(saved.epoch + 1) + " restarts from its beginning");
+  }
+  if (collectives_.is_main()) truncate_metrics(out_dir_ + "/metrics.jsonl", meta_.epoch);
+  log_.info("resumed from " + path + " at epoch " + std::to_string(meta_.epoch) + ", step " +
+            std::to_string(meta_.step) + (skip_batches_ ? ", batch " + std::to_string(skip_batches_) : ""));
+}
+
+void Trainer::plan_epochs() {
+  SamplerOptions so;
+  so.rank = collectives_.rank();
+  so.world_size = collectives_.world_size();
+  so.seed = static_cast<uint64_t>(config_.seed);
+  so.drop_last = split_.train.size() >= static_cast<size_t>(config_.train.batch_size * so.world_size);
+  sampler_ = std::make_unique<DistributedSampler>(static_cast<int64_t>(split_.train.size()), so);
+
+  loader_options_.batch_size = config_.train.batch_size;
+  loader_options_.num_workers = config_.data.num_workers;
+  loader_options_.prefetch_batches = config_.data.prefetch_batches;
+  loader_options_.skip_bad_images = config_.data.skip_bad_images;
+  loader_options_.drop_last = so.drop_last;
+  set_loader_transfer(loader_options_, options_.device);
+  batch_options_.device = options_.device;
+  batch_options_.in_channels = config_.model.in_channels;
+  batch_options_.channels_last = inference_options_.channels_last;
+
+  const int64_t per_rank = sampler_->num_samples(), bs = loader_options_.batch_size;
+  const int64_t batches = loader_options_.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
+  const int accum = config_.train.accum_steps;
+  steps_per_epoch_ = (batches + accum - 1) / accum;
+  total_steps_ = steps_per_epoch_ * config_.train.epochs;
+  warmup_steps_ = static_cast<int64_t>(std::llround(config_.optim.warmup_epochs * steps_per_epoch_));
+  lr_ = config_.optim.lr;
+}
+
+std::vector<int64_t> Trainer::epoch_rows(int64_t epoch) {
+  sampler_->set_epoch(epoch);
+  std::vector<int64_t> rows;
+  for (int64_t p : sampler_->indices()) rows.push_back(split_.train[p]);
+  if (skip_batches_ > 0)  // resuming mid-epoch: the same order, minus what was done
+    rows.erase(rows.begin(),
+               rows.begin() + std::min<int64_t>(rows.size(), skip_batches_ * loader_options_.batch_size));
+  return rows;
+}
+
+TrainSummary Trainer::fit() {
+  summary_.best_auc = meta_.best_metric;
+  for (int64_t epoch = meta_.epoch; epoch < config_.train.epochs; ++epoch) {
+    const auto start = Clock::now();
+    const std::optional<EpochTotals> totals = train_epoch(epoch);
+    if (!totals) return summary_;  // stopped mid-epoch; last.pt saved
+    if (finish_epoch(epoch, *totals, start)) break;
+    if (summary_.stopped_by_signal) {
+      log_.warn("stopped after epoch " + std::to_string(epoch + 1) + "; saved " + ckpt_dir_ +
+                "/last.pt (resume with --resume)");
+      return summary_;
     }
   }
-  return summary;
+  return summary_;
+}
+
+std::optional<Trainer::EpochTotals> Trainer::train_epoch(int64_t epoch) {
+  torch::manual_seed(static_cast<uint64_t>(config_.seed) * 1000003ULL + static_cast<uint64_t>(epoch));
+  const int64_t done_before = skip_batches_;
+  BatchLoader loader(index_, epoch_rows(epoch), ImageTransform(train_transform(config_)), epoch,
+                     loader_options_);
+  skip_batches_ = 0;
+  DeviceBatches batches(loader, batch_options_);
+  const int64_t n = loader.num_batches();
+  Progress progress(options_.device, epoch, config_.train.epochs, done_before, n,
+                    config_.train.log_every_seconds);
+  model_->train();
+  optimizer_->zero_grad();
+  for (int64_t i = 0;; ++i) {
+    bool stop = false;
+    {  // the step: nothing in here waits for the device (checked by tests with forbid_device_sync)
+      std::optional<cuda::SyncDebugErrorGuard> no_sync;
+      if (options_.forbid_device_sync) no_sync.emplace();
+      std::optional<DeviceBatch> batch = batches.next();
+      if (!batch) break;
+      stop = train_batch(*batch, i, n, progress);
+    }
+    if (stop && i + 1 < n) {  // mid-epoch: save where we are (at the epoch's end: finish the epoch first)
+      stop_mid_epoch(epoch, done_before + i + 1, done_before + n);
+      return std::nullopt;
+    }
+    progress.maybe_report(i + 1, meta_.step, lr_, collectives_.world_size(), writers_);
+  }
+  return progress.totals(collectives_);
+}
+
+bool Trainer::train_batch(const DeviceBatch& batch, int64_t i, int64_t n, Progress& progress) {
+  const bool sync = step_->ends_window(i, n);
+  progress.add(step_->forward_backward(batch.images, batch.labels, sync), batch.size(), batch.skipped);
+  if (!sync) return false;
+  lr_ = scheduled_lr(meta_.step, total_steps_, warmup_steps_, config_.optim.lr, config_.optim.min_lr_ratio);
+  step_->optimizer_step(lr_);
+  ++meta_.step;
+  if (summary_.stopped_by_signal || !stop_->requested(meta_.step, i + 1 == n)) return false;
+  summary_.stopped_by_signal = stop_->signal();
+  return true;
+}
+
+void Trainer::stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_batches) {
+  meta_.epoch_batches_done = batches_done;
+  sync_buffers();
+  if (collectives_.is_main()) save({ckpt_dir_ + "/last.pt"});
+  collectives_.barrier();
+  log_.warn("stopped at epoch " + std::to_string(epoch + 1) + " batch " + std::to_string(batches_done) + "/" +
+            std::to_string(epoch_batches) + "; saved " + ckpt_dir_ + "/last.pt (resume with --resume)");
+}
+
+bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time_point start) {
+  const InferenceResult val = validate();
+  EpochRecord r;
+  r.epoch = epoch + 1, r.epochs = config_.train.epochs;
+  r.train_loss = totals.loss_sum / std::max(1.0, totals.images);
+  r.images_per_sec = totals.images / std::max(totals.seconds, 1e-9);
+  r.val_loss = torch::binary_cross_entropy_with_logits(val.logits, val.labels).item<double>();
+  r.auc = multilabel_auc(val.logits, val.labels, index_.label_names);
+  r.label_names = index_.label_names;
+  r.epoch_seconds = seconds_since(start);
+  r.improved = !std::isnan(r.auc.mean) && r.auc.mean > meta_.best_metric;
+  if (r.improved) meta_.best_metric = r.auc.mean;
+  epochs_since_best_ = r.improved ? 0 : epochs_since_best_ + 1;
+  // Early stopping: rank 0 decides and tells everyone, so no rank waits for the others forever.
+  const int patience = config_.train.early_stop_patience;
+  torch::Tensor stop_early =
+      torch::tensor({patience > 0 && epochs_since_best_ >= patience ? 1.0 : 0.0}, torch::kDouble);
+  collectives_.broadcast(stop_early, 0);
+  meta_.epoch = epoch + 1;
+  meta_.epoch_batches_done = 0;
+  summary_.last_auc = r.auc.mean;
+  summary_.best_auc = meta_.best_metric;
+  summary_.epochs = meta_.epoch;
+  r.step = meta_.step, r.lr = lr_;
+  r.train_images = static_cast<int64_t>(totals.images);
+  r.val_images = val.rows.size(0);
+  r.skipped_images = static_cast<int64_t>(totals.skipped) + val.skipped;
+  writers_.epoch(r);
+  if (collectives_.is_main()) save(checkpoint_paths(r.improved));
+  collectives_.barrier();
+  if (stop_early.item<double>() > 0 && epoch + 1 < config_.train.epochs) {
+    log_.info("early stop: no better val_auc_mean for " + std::to_string(epochs_since_best_) + " epochs");
+    summary_.early_stopped = true;
+    return true;
+  }
+  return false;
+}
+
+InferenceResult Trainer::validate() {
+  sync_buffers();
+  return run_inference(*model_, index_, split_.val, inference_options_, collectives_);
+}
+
+std::vector<std::string> Trainer::checkpoint_paths(bool improved) const {
+  std::vector<std::string> paths = {ckpt_dir_ + "/last.pt"};
+  if (improved) paths.push_back(ckpt_dir_ + "/best.pt");
+  if (config_.output.keep_every > 0 && meta_.epoch % config_.output.keep_every == 0) {
+    std::ostringstream name;
+    name << ckpt_dir_ << "/epoch_" << std::setw(3) << std::setfill('0') << meta_.epoch << ".pt";
+    paths.push_back(name.str());
+  }
+  return paths;
+}
+
+// Serialized once, written to as many files as needed (last, best, epoch_NNN).
+void Trainer::save(const std::vector<std::string>& paths) {
+  if (const LossScaler* scaler = step_->loss_scaler()) {
+    meta_.loss_scale = scaler->scale_value();
+    meta_.loss_scale_growth = scaler->growth_tracker();
+  }
+  const std::string bytes = serialize_checkpoint(meta_, *model_, optimizer_.get());
+  for (const auto& path : paths) write_file_atomic(path, bytes);
+}
+
+// BatchNorm statistics agree on every rank before evaluation and checkpoints.
+void Trainer::sync_buffers() {
+  if (config_.distributed.bn_sync == "broadcast")
+    ddp_->before_forward();
+  else
+    ddp_->average_buffers();
+}
+
+TrainSummary train(Config config, Collectives& collectives, RunLog& log, const TrainOptions& options) {
+  return Trainer(std::move(config), collectives, log, options).fit();
 }
 
 }  // namespace ranzcr

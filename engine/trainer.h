@@ -1,26 +1,40 @@
-// The training loop: data split, model, optimizer, warmup + cosine schedule, validation, metrics.jsonl,
-// atomic last/best checkpoints, resume. Rank-aware through Collectives: only the main rank writes files.
+// Training: a short Trainer::fit over train_epoch, validate and save. The pieces it is made of live in
+// their own files: the optimizer-step policy (engine/train_step.h), batches on the device
+// (engine/device_batches.h), metric writers (engine/metrics_writer.h), checkpoints. Rank-aware through
+// Collectives: only the main rank writes files.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "data/batch_loader.h"
 #include "data/dataset_index.h"
+#include "data/sampler.h"
 #include "data/split.h"
 #include "distributed/collectives.h"
+#include "distributed/ddp.h"
+#include "engine/checkpoint.h"
 #include "engine/config.h"
+#include "engine/device_batches.h"
 #include "engine/inference.h"
+#include "engine/metrics_writer.h"
 #include "engine/run_log.h"
+#include "engine/train_step.h"
 
 namespace ranzcr {
 
 struct TrainOptions {
   std::string resume_path;  // checkpoint to resume from ("" = fresh run)
   torch::Device device = torch::kCPU;
-  /// Set (to a signal number) by a signal handler: save last.pt at the next step and stop. The decision
-  /// is all-reduced every step, so every rank stops at the same step.
+  /// Set (to a signal number) by a signal handler: save last.pt soon and stop. With several ranks the
+  /// flags are combined every few optimizer steps (see Trainer), so every rank stops at the same step.
   const std::atomic<int>* stop_signal = nullptr;
+  /// Tests: run every training step (next batch, forward, backward, optimizer step) with CUDA's
+  /// sync-debug mode set to error, so any host-device synchronisation in it throws. CUDA builds only.
+  bool forbid_device_sync = false;
 };
 
 struct TrainSummary {
@@ -35,15 +49,90 @@ struct TrainSummary {
 /// cosine decay to lr * min_ratio at `total_steps`.
 double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double lr, double min_ratio);
 
-/// Inference settings (size, CLAHE, batch, loader, channels) from the config, for validation,
-/// evaluate and predict alike; `tta` adds hflip averaging on top of train.tta_hflip.
+/// Inference settings (size, CLAHE, batch, loader, channels, precision, layout) from the config, for
+/// validation, evaluate and predict alike; `tta` adds hflip averaging on top of train.tta_hflip.
 InferenceOptions inference_options(const Config& config, torch::Device device, bool tta = false);
 
 /// The train/validation split the config asks for: GroupKFold fold when data.folds > 0, else a
 /// val_fraction holdout; grouped by the index's groups, seeded by `seed`.
 Split validation_split(const Config& config, const DatasetIndex& index);
 
-/// Trains per `config` (already validated). Throws std::runtime_error on user errors.
+/// The config's model with `num_classes` outputs on `device`, in NHWC when `channels_last`.
+std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
+                                       bool channels_last);
+/// AdamW or SGD (Nesterov) over `model`'s parameters, per optim.*.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model);
+/// The step policy the config asks for on `device` (precision resolved).
+StepOptions step_options(const Config& config, const torch::Device& device);
+/// The training augmentation of the config.
+TransformOptions train_transform(const Config& config);
+/// Process-wide settings for fast kernels on `device` (cuDNN benchmark mode on CUDA).
+void configure_device(const torch::Device& device);
+
+class Trainer {
+ public:
+  /// Loads the data index, builds model, optimizer and DDP wrapper, and resumes when asked.
+  Trainer(Config config, Collectives& collectives, RunLog& log, TrainOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Trains the remaining epochs. Throws std::runtime_error on user errors.
+  TrainSummary fit();
+
+ private:
+  struct EpochTotals {  // summed over ranks
+    double loss_sum = 0.0, images = 0.0, skipped = 0.0, seconds = 0.0;
+  };
+  class Progress;
+  class StopPoll;
+
+  void load_data();
+  void build_model();
+  void resume(const std::string& path);
+  void plan_epochs();
+  std::vector<int64_t> epoch_rows(int64_t epoch);
+  /// One epoch of training; nullopt when a stop request ended it early (last.pt saved).
+  std::optional<EpochTotals> train_epoch(int64_t epoch);
+  /// Forward/backward of batch `i` of `n`, and the optimizer step when it ends an accumulation window.
+  /// True when a stop request ends the run at this step.
+  bool train_batch(const DeviceBatch& batch, int64_t i, int64_t n, Progress& progress);
+  void stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_batches);
+  /// Validates, records the epoch and saves its checkpoints; true when early stopping ends the run.
+  bool finish_epoch(int64_t epoch, const EpochTotals& totals, std::chrono::steady_clock::time_point start);
+  InferenceResult validate();
+  std::vector<std::string> checkpoint_paths(bool improved) const;
+  void save(const std::vector<std::string>& paths);
+  void sync_buffers();
+
+  Config config_;
+  Collectives& collectives_;
+  RunLog& log_;
+  TrainOptions options_;
+  std::string out_dir_, ckpt_dir_;
+
+  DatasetIndex index_;
+  Split split_;
+  std::shared_ptr<Classifier> model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<TrainStep> step_;
+  std::unique_ptr<StopPoll> stop_;
+  MetricsWriters writers_;
+  CheckpointMeta meta_;
+
+  std::unique_ptr<DistributedSampler> sampler_;
+  LoaderOptions loader_options_;
+  DeviceBatchOptions batch_options_;
+  InferenceOptions inference_options_;
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0, warmup_steps_ = 0;
+  int64_t skip_batches_ = 0;  // of the next epoch, when resuming a run stopped mid-epoch
+  int64_t epochs_since_best_ = 0;
+  double lr_ = 0.0;
+  TrainSummary summary_;
+};
+
+/// Trains per `config` (already validated): Trainer(...).fit().
 TrainSummary train(Config config, Collectives& collectives, RunLog& log, const TrainOptions& options);
 
 }  // namespace ranzcr

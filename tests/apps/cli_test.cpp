@@ -136,5 +136,32 @@ TEST_F(CliTest, MissingCsvImageAndCorruptJpeg) {
   EXPECT_NE(ok.output.find("unreadable images skipped"), std::string::npos) << ok.output;
 }
 
+// `bench` measures the three throughput figures, prints a table and writes the JSON contract; with
+// two ranks (self-launched, Gloo) the figures are the job's and the gradient-sync share is reported.
+TEST_F(CliTest, BenchWritesTheThreeFigures) {
+  for (int nproc : {1, 2}) {
+    const std::string out = *dir_ / ("bench" + std::to_string(nproc) + ".json");
+    const auto r = run_command(bin() + " bench --config " + cfg() + " --steps 3 --warmup 1 --out " + out +
+                               " --nproc-per-node " + std::to_string(nproc));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("e2e"), std::string::npos) << r.output;
+    const auto j = nlohmann::json::parse(test::read_file(out));
+    for (const char* key : {"loader_images_per_sec", "compute_images_per_sec", "e2e_images_per_sec"})
+      EXPECT_GT(j[key].get<double>(), 0.0) << key;
+    EXPECT_EQ(j["device"], "cpu");
+    EXPECT_EQ(j["model"], "tiny_cnn");
+    EXPECT_EQ(j["image_size"], 48);
+    EXPECT_EQ(j["batch_size"], 16);
+    EXPECT_EQ(j["precision"], "fp32");
+    EXPECT_EQ(j["world_size"], nproc);
+    EXPECT_EQ(j.contains("sync_wait_share"), nproc > 1);
+    if (nproc > 1) {
+      EXPECT_GT(j["sync_wait_share"].get<double>(), 0.0);
+      EXPECT_LT(j["sync_wait_share"].get<double>(), 1.0);
+    }
+  }
+  expect_user_error("bench --config " + cfg() + " --set train.precision=fp8", "train.precision");
+}
+
 }  // namespace
 }  // namespace ranzcr

@@ -78,5 +78,32 @@ TEST_F(BatchLoaderTest, CorruptImageIsAnErrorOrSkipped) {
   EXPECT_EQ(images, 9);
 }
 
+// The 8-bit batches a GPU gets (images + per-image scale/offset, normalised on the device) hold the
+// same images as the float batches a CPU gets, augmentation included.
+TEST_F(BatchLoaderTest, Uint8BatchesNormaliseToTheFloatBatches) {
+  const DatasetIndex idx = index();
+  const std::vector<int64_t> rows = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  TransformOptions to;
+  to.image_size = 32;
+  to.train = true;  // random affine, flip, brightness and contrast
+  to.seed = 5;
+  LoaderOptions o;
+  o.batch_size = 5;
+  BatchLoader floats(idx, rows, ImageTransform(to), 3, o);
+  o.uint8_images = true;
+  BatchLoader bytes(idx, rows, ImageTransform(to), 3, o);
+  for (int b = 0; b < 2; ++b) {
+    const Batch f = *floats.next(), u = *bytes.next();
+    ASSERT_EQ(u.images.scalar_type(), torch::kUInt8);
+    ASSERT_EQ(u.pixel_scale.sizes(), (std::vector<int64_t>{5}));
+    EXPECT_FALSE(torch::allclose(u.pixel_scale, torch::full({5}, 1.0f / 255.0f)));  // augmented contrast
+    const torch::Tensor x = normalize_images(u.images, u.pixel_scale, u.pixel_offset);
+    EXPECT_EQ(x.scalar_type(), torch::kFloat32);
+    EXPECT_LE((x - f.images).abs().max().item<float>(), 1e-6f);
+    EXPECT_TRUE(torch::equal(u.labels, f.labels));
+    EXPECT_TRUE(torch::equal(u.indices, f.indices));
+  }
+}
+
 }  // namespace
 }  // namespace ranzcr

@@ -115,5 +115,14 @@ TEST(World, MalformedVariablesAreErrors) {
   EXPECT_THROW(node_plan_from_env({{"NNODES", "2"}, {"NODE_RANK", "0"}}, false), std::runtime_error);
 }
 
+TEST(World, GpuForLocalRank) {
+  EXPECT_EQ(gpu_for_local_rank(0, 4), 0);
+  EXPECT_EQ(gpu_for_local_rank(3, 4), 3);
+  EXPECT_EQ(gpu_for_local_rank(5, 4), 1);  // more ranks than GPUs: round robin
+  // One visible GPU per rank (Slurm --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank): always that one.
+  EXPECT_EQ(gpu_for_local_rank(0, 1), 0);
+  EXPECT_EQ(gpu_for_local_rank(7, 1), 0);
+}
+
 }  // namespace
 }  // namespace ranzcr

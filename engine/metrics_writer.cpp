@@ -1,0 +1,87 @@
+#include "engine/metrics_writer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+namespace ranzcr {
+namespace {
+
+std::string fmt(double v, int precision = 4) {
+  std::ostringstream ss;
+  ss << std::fixed << std::setprecision(precision) << v;
+  return ss.str();
+}
+
+std::string fmt_duration(double s) {
+  const int64_t t = static_cast<int64_t>(std::max(0.0, s));
+  std::ostringstream ss;
+  ss << t / 60 << ":" << std::setw(2) << std::setfill('0') << t % 60;
+  return ss.str();
+}
+
+class ConsoleWriter : public MetricsWriter {
+ public:
+  explicit ConsoleWriter(RunLog& log) : log_(log) {}
+  void progress(const ProgressRecord& r) override {
+    log_.info("epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs) + " step " +
+              std::to_string(r.batch) + "/" + std::to_string(r.batches) + " loss " + fmt(r.loss) + " lr " +
+              fmt(r.lr, 6) + " " + fmt(r.images_per_sec, 1) + " img/s eta " + fmt_duration(r.eta_seconds));
+  }
+  void epoch(const EpochRecord& r) override {
+    log_.info("epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs) + " train_loss " +
+              fmt(r.train_loss) + " val_loss " + fmt(r.val_loss) + " val_auc " + fmt(r.auc.mean) +
+              (r.improved ? " (best)" : "") + " " + fmt(r.images_per_sec, 1) + " img/s " +
+              fmt(r.epoch_seconds, 1) + " s");
+    for (const auto& name : r.auc.undefined)
+      log_.warn("validation column '" + name + "' has a single class: AUC undefined, left out of the mean");
+    if (r.skipped_images > 0)
+      log_.warn(std::to_string(r.skipped_images) + " unreadable images skipped this epoch");
+  }
+
+ private:
+  RunLog& log_;
+};
+
+class JsonlWriter : public MetricsWriter {
+ public:
+  explicit JsonlWriter(std::string path) : path_(std::move(path)) {}
+  void epoch(const EpochRecord& r) override {
+    nlohmann::json j;
+    j["epoch"] = r.epoch;
+    j["step"] = r.step;
+    j["train_loss"] = r.train_loss;
+    j["val_loss"] = r.val_loss;
+    j["val_auc_mean"] = std::isnan(r.auc.mean) ? nlohmann::json() : nlohmann::json(r.auc.mean);
+    nlohmann::json per_class = nlohmann::json::object();
+    for (size_t k = 0; k < r.auc.per_class.size(); ++k)
+      per_class[r.label_names[k]] =
+          r.auc.per_class[k] ? nlohmann::json(*r.auc.per_class[k]) : nlohmann::json();
+    j["val_auc"] = per_class;
+    j["lr"] = r.lr;
+    j["images_per_sec"] = r.images_per_sec;
+    j["epoch_seconds"] = r.epoch_seconds;
+    j["train_images"] = r.train_images;
+    j["val_images"] = r.val_images;
+    j["skipped_images"] = r.skipped_images;
+    std::ofstream(path_, std::ios::app) << j.dump() << "\n";
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+std::unique_ptr<MetricsWriter> make_console_writer(RunLog& log) {
+  return std::make_unique<ConsoleWriter>(log);
+}
+
+std::unique_ptr<MetricsWriter> make_jsonl_writer(const std::string& path) {
+  return std::make_unique<JsonlWriter>(path);
+}
+
+}  // namespace ranzcr

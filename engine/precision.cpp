@@ -1,0 +1,72 @@
+#include "engine/precision.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <stdexcept>
+
+#include "engine/cuda_support.h"
+
+namespace ranzcr {
+
+Precision resolve_precision(const std::string& name, const torch::Device& device) {
+  const bool gpu_bf16 = device.is_cuda() && cuda::bf16_supported(device);
+  if (name == "auto") return gpu_bf16 ? Precision::kBf16 : Precision::kFp32;
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "fp16") return Precision::kFp16;
+  if (name == "bf16") {
+    if (device.is_cuda() && !gpu_bf16)
+      throw std::runtime_error("train.precision bf16: GPU " + device.str() +
+                               " has no bf16 support (compute capability < 8.0); use fp16 or auto");
+    return Precision::kBf16;
+  }
+  throw std::runtime_error("train.precision '" + name + "': expected auto, fp32, bf16 or fp16");
+}
+
+std::string precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+    default:
+      return "fp32";
+  }
+}
+
+bool resolve_channels_last(const std::string& setting, const torch::Device& device) {
+  if (setting == "auto") return device.is_cuda();
+  if (setting == "true") return true;
+  if (setting == "false") return false;
+  throw std::runtime_error("train.channels_last '" + setting + "': expected auto, true or false");
+}
+
+void set_memory_format(torch::nn::Module& module, bool channels_last) {
+  const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  torch::NoGradGuard no_grad;
+  auto convert = [&](torch::Tensor t) {
+    if (t.dim() == 4 && !t.is_contiguous(format)) t.set_data(t.contiguous(format));
+  };
+  for (auto& p : module.parameters()) convert(p);
+  for (auto& b : module.buffers()) convert(b);
+}
+
+Autocast::Autocast(const torch::Device& device, Precision precision) {
+  if (precision == Precision::kFp32) return;
+  active_ = true;
+  device_type_ = device.type();
+  was_enabled_ = at::autocast::is_autocast_enabled(device_type_);
+  previous_dtype_ = at::autocast::get_autocast_dtype(device_type_);
+  at::autocast::set_autocast_enabled(device_type_, true);
+  at::autocast::set_autocast_dtype(device_type_,
+                                   precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat16);
+  at::autocast::increment_nesting();
+}
+
+Autocast::~Autocast() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();  // cached casts of weights
+  at::autocast::set_autocast_enabled(device_type_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
+}
+
+}  // namespace ranzcr

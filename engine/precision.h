@@ -1,0 +1,42 @@
+// Numeric precision and memory layout of training and inference: autocast (bf16/fp16), channels_last.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <string>
+
+namespace ranzcr {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+
+/// train.precision (auto | fp32 | bf16 | fp16) for `device`: auto is bf16 on a GPU that has bf16
+/// tensor cores, else fp32 (so always fp32 on a CPU). Throws for an unknown name, and for bf16 asked
+/// on a GPU without it.
+Precision resolve_precision(const std::string& name, const torch::Device& device);
+std::string precision_name(Precision precision);
+
+/// train.channels_last (auto | true | false): auto is on for CUDA devices (conv nets run faster in NHWC
+/// with cuDNN), off on CPUs.
+bool resolve_channels_last(const std::string& setting, const torch::Device& device);
+
+/// Puts every 4-d parameter and buffer of `module` in channels_last (NHWC) or back to contiguous.
+void set_memory_format(torch::nn::Module& module, bool channels_last);
+
+/// Autocast for the guard's lifetime (torch.autocast(device_type, dtype)): matmuls and convolutions run
+/// in bf16/fp16, numerically sensitive ops stay fp32. A no-op for fp32.
+class Autocast {
+ public:
+  Autocast(const torch::Device& device, Precision precision);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  bool active_ = false;
+  c10::DeviceType device_type_ = c10::DeviceType::CPU;
+  bool was_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
+};
+
+}  // namespace ranzcr
