@@ -154,8 +154,15 @@ void DistributedDataParallel::prepare_backward(const torch::Tensor& loss) {
     for (const auto& edge : node->next_edges())
       if (edge.function) stack.push_back(edge.function.get());
   }
-  for (size_t i = 0; i < s.params.size(); ++i)
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    // Restoring weights with set_/set_data after construction can give a parameter a new accumulator,
+    // which our hook is not on: every gradient would then count as unused (zeros). Build DDP last.
+    TORCH_INTERNAL_ASSERT(
+        torch::autograd::impl::grad_accumulator(s.params[i]).get() == s.accumulators[i].get(),
+        "DistributedDataParallel: parameter ", i,
+        " has a new gradient accumulator; construct the wrapper after loading weights");
     if (!seen.count(s.accumulators[i].get())) s.on_grad_ready(static_cast<int64_t>(i));  // contributes zeros
+  }
 }
 
 void DistributedDataParallel::finish_gradient_sync() {

@@ -201,6 +201,7 @@ Trainer::Trainer(Config config, Collectives& collectives, RunLog& log, TrainOpti
   load_data();
   build_model();
   if (!options_.resume_path.empty()) resume(options_.resume_path);
+  build_step();
   plan_epochs();
 }
 
@@ -236,17 +237,25 @@ void Trainer::build_model() {
   model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,
                       inference_options_.channels_last);
   optimizer_ = make_optimizer(config_.optim, *model_);
+  meta_.model_name = config_.model.name;
+  meta_.label_names = index_.label_names;
+  meta_.world_size = collectives_.world_size();
+  meta_.batch_size = config_.train.batch_size;
+}
+
+// After any resume: the DDP wrapper hooks the parameters' gradient accumulators, which restoring
+// weights into the parameters (set_/set_data) may replace.
+void Trainer::build_step() {
+  const torch::Device device = options_.device;
   DdpOptions ddp_options;
   ddp_options.bucket_bytes = static_cast<int64_t>(config_.distributed.bucket_mb * 1024 * 1024);
   ddp_options.broadcast_buffers = config_.distributed.bn_sync == "broadcast";
   ddp_ = std::make_unique<DistributedDataParallel>(*model_, collectives_, ddp_options);
   const StepOptions so = step_options(config_, device);
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, *ddp_, device, so);
+  if (LossScaler* scaler = step_->loss_scaler(); scaler && meta_.loss_scale > 0)
+    scaler->load(meta_.loss_scale, meta_.loss_scale_growth);
   stop_ = std::make_unique<StopPoll>(collectives_, options_.stop_signal);
-  meta_.model_name = config_.model.name;
-  meta_.label_names = index_.label_names;
-  meta_.world_size = collectives_.world_size();
-  meta_.batch_size = config_.train.batch_size;
   log_.info("model: " + config_.model.name + ", " + std::to_string(count_parameters(*model_)) +
             " parameters, device " + device.str() + ", precision " + precision_name(so.precision) +
             (inference_options_.channels_last ? ", channels_last" : "") + ", world size " +
@@ -267,8 +276,8 @@ void Trainer::resume(const std::string& path) {
   meta_.epoch = saved.epoch;
   meta_.step = saved.step;
   meta_.best_metric = saved.best_metric;
-  if (LossScaler* scaler = step_->loss_scaler(); scaler && saved.loss_scale > 0)
-    scaler->load(saved.loss_scale, saved.loss_scale_growth);
+  meta_.loss_scale = saved.loss_scale;
+  meta_.loss_scale_growth = saved.loss_scale_growth;
   if (saved.world_size != collectives_.world_size())
     log_.warn("resuming a checkpoint written by " + std::to_string(saved.world_size) + " processes with " +
               std::to_string(collectives_.world_size()) +

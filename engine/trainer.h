@@ -89,6 +89,7 @@ class Trainer {
 
   void load_data();
   void build_model();
+  void build_step();
   void resume(const std::string& path);
   void plan_epochs();
   std::vector<int64_t> epoch_rows(int64_t epoch);
