@@ -82,9 +82,12 @@ double time_loader(const Setup& s, const Config& config, const BenchOptions& o, 
 
 double time_compute(const Setup& s, const Config& config, const BenchOptions& o, TrainStep& step,
                     Stopwatch& watch) {
-  BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config)), 0, s.loader);
-  DeviceBatches batches(loader, s.batches);
-  const DeviceBatch batch = *batches.next();
+  DeviceBatch batch;
+  {  // one batch, then the loader's threads stop: on a CPU they would take cores from the compute
+    BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config)), 0, s.loader);
+    DeviceBatches batches(loader, s.batches);
+    batch = *batches.next();
+  }
   auto run = [&] {
     step.forward_backward(batch.images, batch.labels, true);
     step.optimizer_step(config.optim.lr);

@@ -1,0 +1,559 @@
+#!/usr/bin/env python3
+"""PyTorch eager reference for `ranzcr bench`: the same three throughput figures, same config.
+
+What it measures (images per second, like `build/ranzcr bench`):
+  loader   the input pipeline alone: read JPEG, decode, resize, augment, collate, over --steps batches of
+           the training split (after --warmup batches; epochs are cycled when the split is short);
+  compute  forward + backward + optimizer step on one fixed batch already on the device, --steps steps
+           after --warmup (torch.cuda.synchronize() before the clock is read on CUDA);
+  e2e      the real training step fed by a fresh DataLoader epoch, --warmup then --steps steps.
+
+How it matches ranzcr (read from the C++ sources):
+  config   the same YAML file and `--set a.b=value` overrides (value parsed as YAML); defaults from
+           engine/config.h and data/data_config.h; unknown keys are ignored here.
+  data     data/dataset_index.cpp: <root>/<train_csv>, label columns = every column but the id and group
+           columns unless data.label_columns; images <root>/<image_dir>/<id><image_ext>. The training rows
+           are the exact train side of data/split.cpp (group_split / group_kfold, same mt19937_64 draws).
+  images   data/image_pipeline.cpp: grayscale decode (full resolution with cv2.imread, or with
+           --reduced-decode the same IMREAD_REDUCED_GRAYSCALE_2/4/8 choice as decode_grayscale), resize
+           with INTER_AREA when shrinking, optional CLAHE(2.0, 8x8), rotation/scale about the centre + shift
+           (warpAffine, bilinear, black border), hflip p=0.5, contrast/brightness, clip to [0, 1].
+  loader   torch.utils.data.DataLoader(num_workers=data.num_workers, batch_size=train.batch_size,
+           shuffle, drop_last, pin_memory on CUDA, persistent_workers, default prefetch_factor); one
+           DataLoader for the loader figure, stopped before the compute figure, a fresh one for e2e.
+  model    model.name with in_chans=model.in_channels, num_classes=#labels, dropout=model.dropout:
+           timm if it imports, else torchvision (resnet*, efficientnet_b*), else built-in ports of
+           models/resnet.cpp (resnet18..152, resnet*d) and models/tiny_cnn.cpp; tiny_cnn is always built-in.
+  step     BCEWithLogits, AdamW(lr, weight_decay) or SGD(nesterov, momentum), clip_grad_norm_ when
+           optim.grad_clip > 0; train.precision auto|fp32|bf16|fp16 (auto: bf16 on CUDA if supported, else
+           fp32), train.channels_last auto|true|false (auto: on for CUDA), cudnn.benchmark, non_blocking.
+
+Usage: pytorch_reference.py --config FILE [--set k=v ...] [--steps N] [--warmup W] [--out FILE]
+                            [--device cpu|cuda] [--reduced-decode] [--model-source auto|timm|torchvision|builtin]
+Needs torch, numpy, opencv (cv2) and PyYAML: pip install opencv-python-headless numpy pyyaml
+"""
+import argparse
+import contextlib
+import csv
+import json
+import math
+import os
+import sys
+import time
+
+import cv2
+import numpy as np
+import torch
+import torch.nn as nn
+import yaml
+
+M64 = (1 << 64) - 1
+
+
+def fail(msg):
+    sys.exit(f"error: {msg}")
+
+
+# ---------------------------------------------------------------- config (engine/config.cpp defaults)
+DEFAULTS = {
+    "seed": 42,
+    "data": {"root": "datasets/synthetic", "train_csv": "train.csv", "image_dir": "train", "image_ext": ".jpg",
+             "id_column": "StudyInstanceUID", "group_column": "PatientID", "label_columns": [],
+             "image_size": 256, "val_fraction": 0.2, "folds": 0, "fold": 0, "num_workers": 2,
+             "augment": {"hflip": True, "rotate_deg": 8.0, "shift": 0.05, "scale": 0.08,
+                         "brightness": 0.15, "contrast": 0.15, "clahe": False}},
+    "model": {"name": "resnet18", "in_channels": 1, "dropout": 0.0},
+    "optim": {"name": "adamw", "lr": 1e-3, "weight_decay": 1e-4, "momentum": 0.9, "grad_clip": 0.0},
+    "train": {"batch_size": 32, "num_threads": 0, "precision": "auto", "channels_last": "auto"},
+}
+
+
+def merge(base, over):
+    out = dict(base)
+    for k, v in (over or {}).items():
+        out[k] = merge(base[k], v) if isinstance(base.get(k), dict) and isinstance(v, dict) else v
+    return out
+
+
+def load_config(path, sets):
+    try:
+        with open(path) as f:
+            user = yaml.safe_load(f) or {}
+    except OSError:
+        fail(f"config file not found or unreadable: {path}")
+    except yaml.YAMLError as e:
+        fail(f"{path}: invalid YAML: {e}")
+    for s in sets:
+        key, eq, value = s.partition("=")
+        if not eq or not key:
+            fail(f"--set {s}: expected key=value, for example --set train.batch_size=16")
+        node = user
+        *parents, leaf = key.split(".")
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        node[leaf] = yaml.safe_load(value)
+    return merge(DEFAULTS, user)
+
+
+# ---------------------------------------------------------------- data (csv.cpp, dataset_index.cpp, split.cpp)
+class MT19937_64:
+    """std::mt19937_64, so the split draws the same numbers as data/split.cpp."""
+
+    def __init__(self, seed):
+        self.mt = [seed & M64]
+        for i in range(1, 312):
+            prev = self.mt[-1]
+            self.mt.append((6364136223846793005 * (prev ^ (prev >> 62)) + i) & M64)
+        self.i = 312
+
+    def __call__(self):
+        mt = self.mt
+        if self.i >= 312:
+            for k in range(312):
+                x = (mt[k] & 0xFFFFFFFF80000000) | (mt[(k + 1) % 312] & 0x7FFFFFFF)
+                mt[k] = mt[(k + 156) % 312] ^ (x >> 1) ^ (0xB5026F5AA96619E9 if x & 1 else 0)
+            self.i = 0
+        y = mt[self.i]
+        self.i += 1
+        y ^= (y >> 29) & 0x5555555555555555
+        y ^= (y << 17) & 0x71D67FFFEDA60000
+        y ^= (y << 37) & 0xFFF7EEE000000000
+        return (y ^ (y >> 43)) & M64
+
+
+def train_rows(groups, d, seed):
+    """The train side of validation_split(): group_kfold when data.folds > 0, else group_split."""
+    gid, ids, n = [], {}, 0
+    for g in groups:  # dense ids in order of first appearance; an empty name is its own group
+        if g == "" or g not in ids:
+            if g != "":
+                ids[g] = n
+            gid.append(n)
+            n += 1
+        else:
+            gid.append(ids[g])
+    rng = MT19937_64(seed & M64)
+    order = list(range(n))
+    for i in range(n - 1, 0, -1):  # Fisher-Yates with rng() % (i + 1), as split.cpp's shuffled()
+        j = rng() % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    is_val = [False] * n
+    if int(d["folds"]) > 0:
+        folds, fold = int(d["folds"]), int(d["fold"])
+        if n < folds:
+            fail(f"cannot make {folds} folds from {n} groups")
+        size = [0] * n
+        for g in gid:
+            size[g] += 1
+        order.sort(key=lambda g: -size[g])  # stable, like std::stable_sort
+        fold_rows = [0] * folds
+        for g in order:
+            f = fold_rows.index(min(fold_rows))
+            fold_rows[f] += size[g]
+            is_val[g] = f == fold
+    else:
+        if n < 2:
+            fail("cannot split a data set with fewer than 2 groups (patients)")
+        x = float(d["val_fraction"]) * n
+        n_val = min(max(int(math.floor(x + 0.5)), 1), n - 1)  # llround, then clamp to [1, n - 1]
+        for g in order[:n_val]:
+            is_val[g] = True
+    return [r for r, g in enumerate(gid) if not is_val[g]]
+
+
+def load_table(d, seed):
+    csv_path = os.path.join(d["root"], d["train_csv"])
+    image_dir = os.path.join(d["root"], d["image_dir"])
+    if not os.path.isfile(csv_path):
+        fail(f"train CSV not found: {csv_path} (data.root / data.train_csv; run `ranzcr synth` or fix the config)")
+    if not os.path.isdir(image_dir):
+        fail(f"image folder not found: {image_dir} (data.root / data.image_dir)")
+    with open(csv_path, newline="") as f:
+        rows = list(csv.reader(f))
+    if len(rows) < 2:
+        fail(f"{csv_path}: no data rows")
+    header, rows = rows[0], [r for r in rows[1:] if r]
+    idc, grp = d["id_column"], d["group_column"] or ""
+    names = list(d["label_columns"] or []) or [h for h in header if h not in (idc, grp)]
+    missing = [c for c in [idc] + names if c not in header]
+    if missing:
+        fail(f"{csv_path}: required columns missing: {', '.join(missing)} (header has: {', '.join(header)})")
+    ci, cl = header.index(idc), [header.index(c) for c in names]
+    cg = header.index(grp) if grp in header else -1
+    paths = [os.path.join(image_dir, r[ci] + d["image_ext"]) for r in rows]
+    absent = [os.path.basename(p) for p in paths if not os.path.exists(p)]
+    if absent:
+        fail(f"{csv_path}: {len(absent)} images missing from {image_dir}: {', '.join(absent[:5])}"
+             + (", ..." if len(absent) > 5 else ""))
+    try:
+        labels = np.array([[float(r[c]) for c in cl] for r in rows], dtype=np.float32)
+    except ValueError as e:
+        fail(f"{csv_path}: label value is not 0/1: {e}")
+    keep = train_rows([r[cg] if cg >= 0 else "" for r in rows], d, seed)
+    return [paths[i] for i in keep], labels[keep], names
+
+
+# ---------------------------------------------------------------- images (data/image_pipeline.cpp)
+def jpeg_size(b):
+    """(width, height) from the SOFn marker, or None (jpeg_size in image_pipeline.cpp)."""
+    i = 2
+    while i + 9 < len(b):
+        if b[i] != 0xFF:
+            return None
+        m = b[i + 1]
+        if m == 0xFF:
+            i += 1
+            continue
+        if 0xC0 <= m <= 0xCF and m not in (0xC4, 0xC8, 0xCC):
+            return (b[i + 7] << 8) | b[i + 8], (b[i + 5] << 8) | b[i + 6]
+        i += 2 + ((b[i + 2] << 8) | b[i + 3])
+    return None
+
+
+def decode_reduced(path, target):
+    """decode_grayscale(): reduced-resolution JPEG decode, largest factor keeping the short side >= target."""
+    with open(path, "rb") as f:
+        b = f.read()
+    flags = cv2.IMREAD_GRAYSCALE
+    if len(b) > 4 and b[0] == 0xFF and b[1] == 0xD8:
+        wh, end = jpeg_size(b), len(b.rstrip(b"\0"))
+        if wh is None or end < 4 or b[end - 2:end] != b"\xff\xd9":
+            raise RuntimeError(f"corrupt or truncated JPEG {path}")
+        side = min(wh)
+        for k, flag in ((8, cv2.IMREAD_REDUCED_GRAYSCALE_8), (4, cv2.IMREAD_REDUCED_GRAYSCALE_4),
+                        (2, cv2.IMREAD_REDUCED_GRAYSCALE_2)):
+            if side >= k * target:
+                flags = flag
+                break
+    return cv2.imdecode(np.frombuffer(b, np.uint8), flags)
+
+
+class TrainDataset(torch.utils.data.Dataset):
+    def __init__(self, paths, labels, d, reduced):
+        self.paths, self.labels, self.aug, self.reduced = paths, torch.from_numpy(labels), d["augment"], reduced
+        self.size, self.rng, self.pid = int(d["image_size"]), None, None
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        s, a, path = self.size, self.aug, self.paths[i]
+        img = decode_reduced(path, s) if self.reduced else cv2.imread(path, cv2.IMREAD_GRAYSCALE)
+        if img is None:
+            raise RuntimeError(f"cannot decode image {path} (corrupt or not an image)")
+        interp = cv2.INTER_AREA if img.shape[0] > s or img.shape[1] > s else cv2.INTER_LINEAR
+        img = cv2.resize(img, (s, s), interpolation=interp)
+        if a["clahe"]:
+            img = cv2.createCLAHE(clipLimit=2.0, tileGridSize=(8, 8)).apply(img)
+        if self.pid != os.getpid():  # one stream per worker process, seeded by the DataLoader's worker seed
+            self.pid, self.rng = os.getpid(), np.random.default_rng(torch.initial_seed())
+        rng = self.rng
+        u = rng.random(6)
+        angle = (2 * u[0] - 1) * a["rotate_deg"]
+        scale = 1 + (2 * u[1] - 1) * a["scale"]
+        tx, ty = (2 * u[2] - 1) * a["shift"] * s, (2 * u[3] - 1) * a["shift"] * s
+        brightness = (2 * u[4] - 1) * a["brightness"]
+        contrast = 1 + (2 * u[5] - 1) * a["contrast"]
+        if angle or scale != 1 or tx or ty:
+            m = cv2.getRotationMatrix2D((0.5 * (s - 1), 0.5 * (s - 1)), angle, scale)
+            m[0, 2] += tx
+            m[1, 2] += ty
+            img = cv2.warpAffine(img, m, (s, s), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT,
+                                 borderValue=0)
+        if a["hflip"] and rng.random() < 0.5:
+            img = cv2.flip(img, 1)
+        out = img.astype(np.float32)  # (x - 0.5) * contrast + 0.5 + brightness, clipped to [0, 1]
+        out *= contrast / 255.0
+        out += 0.5 - 0.5 * contrast + brightness
+        np.clip(out, 0.0, 1.0, out=out)
+        return torch.from_numpy(out)[None], self.labels[i]
+
+
+# ---------------------------------------------------------------- models (models/*.cpp)
+def conv(i, o, k, stride=1):
+    return nn.Conv2d(i, o, k, stride, k // 2, bias=False)
+
+
+class Block(nn.Module):  # models/resnet.cpp Block: BasicBlock / Bottleneck, optional avg-pool shortcut
+    def __init__(self, cin, planes, stride, bottleneck, avg_down):
+        super().__init__()
+        out, self.bottleneck = planes * (4 if bottleneck else 1), bottleneck
+        if bottleneck:
+            self.conv1, self.conv2, self.conv3 = conv(cin, planes, 1), conv(planes, planes, 3, stride), conv(planes, out, 1)
+            self.bn3 = nn.BatchNorm2d(out)
+        else:
+            self.conv1, self.conv2 = conv(cin, planes, 3, stride), conv(planes, planes, 3)
+        self.bn1, self.bn2 = nn.BatchNorm2d(planes), nn.BatchNorm2d(planes)
+        down = []
+        if stride != 1 or cin != out:
+            if avg_down and stride != 1:
+                down.append(nn.AvgPool2d(2, stride, ceil_mode=True, count_include_pad=False))
+            down += [conv(cin, out, 1, 1 if avg_down else stride), nn.BatchNorm2d(out)]
+        self.downsample = nn.Sequential(*down)
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        if self.bottleneck:
+            y = self.bn3(self.conv3(torch.relu(y)))
+        return torch.relu(y + (self.downsample(x) if len(self.downsample) else x))
+
+
+class ResNet(nn.Module):  # models/resnet.cpp: torchvision layout; *d = deep stem + avg-pool downsampling
+    LAYERS = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3],
+              200: [3, 24, 36, 3]}
+
+    def __init__(self, depth, variant_d, in_ch, num_classes, dropout):
+        super().__init__()
+        bottleneck = depth >= 50
+        stem = ([conv(in_ch, 32, 3, 2), nn.BatchNorm2d(32), nn.ReLU(True), conv(32, 32, 3), nn.BatchNorm2d(32),
+                 nn.ReLU(True), conv(32, 64, 3)] if variant_d else [conv(in_ch, 64, 7, 2)])
+        self.stem = nn.Sequential(*stem, nn.BatchNorm2d(64), nn.ReLU(True), nn.MaxPool2d(3, 2, 1))
+        cin, stages = 64, []
+        for i, n in enumerate(self.LAYERS[depth]):
+            blocks = []
+            for b in range(n):
+                blocks.append(Block(cin, 64 << i, 2 if b == 0 and i > 0 else 1, bottleneck, variant_d))
+                cin = (64 << i) * (4 if bottleneck else 1)
+            stages.append(nn.Sequential(*blocks))
+        self.stages = nn.Sequential(*stages)
+        self.dropout, self.fc = nn.Dropout(dropout), nn.Linear(cin, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x):
+        x = torch.flatten(nn.functional.adaptive_avg_pool2d(self.stages(self.stem(x)), 1), 1)
+        return self.fc(self.dropout(x))
+
+
+class TinyCnn(nn.Module):  # models/tiny_cnn.cpp
+    def __init__(self, in_ch, num_classes, dropout):
+        super().__init__()
+        layers, cin = [], in_ch
+        for w in (16, 32, 64, 128, 128):
+            for stride in (2, 1):
+                layers += [nn.Conv2d(cin, w, 3, stride, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU(True)]
+                cin = w
+        self.features, self.dropout, self.fc = nn.Sequential(*layers), nn.Dropout(dropout), nn.Linear(cin, num_classes)
+
+    def forward(self, x):
+        x = torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1)
+        return self.fc(self.dropout(x))
+
+
+def create_model(name, in_ch, num_classes, dropout, source):
+    """(model, source): timm, else torchvision, else the built-in ports (source forces one)."""
+    if name == "tiny_cnn":
+        return TinyCnn(in_ch, num_classes, dropout), "builtin"
+    if source in ("auto", "timm"):
+        try:
+            import timm
+            return timm.create_model(name, pretrained=False, in_chans=in_ch, num_classes=num_classes,
+                                     drop_rate=dropout), "timm"
+        except ImportError:
+            if source == "timm":
+                fail("--model-source timm: timm does not import (pip install timm)")
+    if source in ("auto", "torchvision") and not name.endswith("d"):
+        try:
+            import torchvision.models as tvm
+            m = getattr(tvm, name)(weights=None)
+            if name.startswith("resnet"):
+                m.conv1 = nn.Conv2d(in_ch, 64, 7, 2, 3, bias=False)
+                m.fc = nn.Sequential(nn.Dropout(dropout), nn.Linear(m.fc.in_features, num_classes))
+            else:  # efficientnet_b*: features[0][0] is the stem conv, classifier = (Dropout, Linear)
+                c = m.features[0][0]
+                m.features[0][0] = nn.Conv2d(in_ch, c.out_channels, c.kernel_size, c.stride, c.padding, bias=False)
+                m.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(m.classifier[1].in_features, num_classes))
+            return m, "torchvision"
+        except (ImportError, AttributeError, RuntimeError):
+            if source == "torchvision":
+                fail(f"--model-source torchvision: torchvision does not import or has no {name}")
+    depth = name[6:-1] if name.endswith("d") else name[6:]
+    if name.startswith("resnet") and depth.isdigit() and int(depth) in ResNet.LAYERS:
+        return ResNet(int(depth), name.endswith("d"), in_ch, num_classes, dropout), "builtin"
+    fail(f"model '{name}' needs timm (pip install timm); built in: tiny_cnn, resnet18..152, resnet*d")
+
+
+# ---------------------------------------------------------------- benchmark
+def cycle(loader):
+    """Batches of successive epochs, without end (the split may hold fewer than warmup + steps batches)."""
+    while True:
+        got = False
+        for batch in loader:
+            got = True
+            yield batch
+        if not got:
+            fail("the training split has fewer images than one batch (lower train.batch_size)")
+
+
+def close_loader(loader):
+    """Stops a DataLoader's workers now: persistent workers would otherwise finish their prefetched batches
+    (prefetch_factor x num_workers) while the next figure is being timed."""
+    it = getattr(loader, "_iterator", None)
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
+    loader._iterator = None
+
+
+def resolve_channels_last(value, cuda):
+    v = str(value).lower()  # YAML true/false arrive as booleans, auto as a string
+    if v not in ("auto", "true", "false"):
+        fail(f"train.channels_last '{value}': expected auto, true or false")
+    return cuda if v == "auto" else v == "true"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--out")
+    p.add_argument("--device", choices=["cpu", "cuda"])
+    p.add_argument("--reduced-decode", action="store_true", help="decode JPEGs at 1/2, 1/4, 1/8 like ranzcr")
+    p.add_argument("--model-source", choices=["auto", "timm", "torchvision", "builtin"], default="auto")
+    args = p.parse_args()
+    if args.steps < 1 or args.warmup < 0:
+        fail("--steps must be >= 1 and --warmup >= 0")
+    cfg = load_config(args.config, args.set)
+    d, t, o, mc = cfg["data"], cfg["train"], cfg["optim"], cfg["model"]
+    seed = int(cfg["seed"])
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: no CUDA device visible to this torch build")
+    device = torch.device("cuda:0" if (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda" else "cpu")
+    cuda = device.type == "cuda"
+    if int(t["num_threads"]) > 0:
+        torch.set_num_threads(int(t["num_threads"]))
+    precision = str(t.get("precision", "auto")).lower()
+    if precision == "auto":
+        precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+    if precision not in ("fp32", "bf16", "fp16"):
+        fail(f"train.precision must be auto, fp32, bf16 or fp16, got '{precision}'")
+    if precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+        fail(f"train.precision bf16: GPU {device} has no bf16 support (compute capability < 8.0); use fp16 or auto")
+    channels_last = resolve_channels_last(t.get("channels_last", "auto"), cuda)
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+
+    paths, labels, names = load_table(d, seed)
+    bs, workers, size = int(t["batch_size"]), int(d["num_workers"]), int(d["image_size"])
+    dataset = TrainDataset(paths, labels, d, args.reduced_decode)
+
+    def make_loader(epoch):
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=bs, shuffle=True, drop_last=True, num_workers=workers, pin_memory=cuda,
+            persistent_workers=workers > 0, generator=torch.Generator().manual_seed(seed + epoch))
+
+    torch.manual_seed(seed)
+    model, source = create_model(mc["name"], int(mc["in_channels"]), len(names), float(mc["dropout"]), args.model_source)
+    model = model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format).train()
+    if o["name"] == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=float(o["lr"]), momentum=float(o["momentum"]), nesterov=True,
+                              weight_decay=float(o["weight_decay"]))
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=float(o["lr"]), weight_decay=float(o["weight_decay"]))
+    loss_fn = nn.BCEWithLogitsLoss()
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    in_ch, clip = int(mc["in_channels"]), float(o["grad_clip"])
+
+    def to_device(images, targets):
+        x = images.to(device, non_blocking=True)
+        if in_ch != 1:
+            x = x.expand(-1, in_ch, -1, -1)
+        x = x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        return x, targets.to(device, non_blocking=True)
+
+    def step(x, y):
+        with torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext():
+            loss = loss_fn(model(x).float(), y)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+        else:
+            loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    print(f"pytorch reference: {len(paths)} training images, {len(names)} labels, {mc['name']} ({source}), "
+          f"{device}, {precision}, decode {'reduced' if args.reduced_decode else 'full'}", flush=True)
+    # loader alone (worker start-up falls in the warm-up batches)
+    loader = make_loader(0)
+    it = cycle(loader)
+    fixed = None
+    for _ in range(args.warmup):
+        fixed = next(it)
+    t0, n = time.perf_counter(), 0
+    for _ in range(args.steps):
+        batch = next(it)
+        n += batch[0].shape[0]
+    loader_ips = n / (time.perf_counter() - t0)
+    if fixed is None:
+        fixed = batch
+    it.close()
+    close_loader(loader)
+    # compute on one fixed batch, with the loader stopped
+    x, y = to_device(*fixed)
+    for _ in range(args.warmup):
+        step(x, y)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step(x, y)
+    sync()
+    compute_ips = args.steps * x.shape[0] / (time.perf_counter() - t0)
+    # end to end: a fresh DataLoader feeding the real step
+    loader = make_loader(1)
+    it = cycle(loader)
+    for _ in range(args.warmup):
+        step(*to_device(*next(it)))
+    sync()
+    t0, n = time.perf_counter(), 0
+    for _ in range(args.steps):
+        images, targets = next(it)
+        n += images.shape[0]
+        step(*to_device(images, targets))
+    sync()
+    e2e_ips = n / (time.perf_counter() - t0)
+    it.close()
+    close_loader(loader)
+
+    result = {
+        "implementation": "pytorch", "device": str(device), "model": mc["name"], "image_size": size,
+        "batch_size": bs, "precision": precision, "channels_last": channels_last, "threads": torch.get_num_threads(),
+        "loader_workers": workers, "world_size": 1, "steps": args.steps, "warmup": args.warmup, "torch_version": torch.__version__,
+        "loader_images_per_sec": round(loader_ips, 2), "compute_images_per_sec": round(compute_ips, 2),
+        "e2e_images_per_sec": round(e2e_ips, 2), "decode": "reduced" if args.reduced_decode else "full",
+        "model_source": source, "opencv_version": cv2.__version__,
+        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+    }
+    # The table of `ranzcr bench` (engine/bench.cpp bench_table), plus the reference's own settings.
+    print(f"bench (pytorch reference): {mc['name']} {size} px, batch {bs} x 1 rank(s), {precision}"
+          f"{', channels_last' if channels_last else ''}, device {device}, {result['threads']} threads, {workers} "
+          f"loader workers, {args.steps} steps after {args.warmup} warm-up; decode {result['decode']}, model from "
+          f"{source}, torch {torch.__version__}")
+    for key, what in (("loader", "read, decode, augment, collate"), ("compute", "forward, backward, step; batch on device"),
+                      ("e2e", "training step fed by the loader")):
+        print(f"  {key:<8} {result[key + '_images_per_sec']:>10.1f} images/s  ({what})")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
