@@ -26,14 +26,15 @@ die() {
 # 1. What this host has.
 command -v "$PYTHON" >/dev/null || die "no $PYTHON (set PYTHON to a python with torch)"
 TORCH_INFO=$("$PYTHON" - 2>/dev/null <<'EOF'
-import shlex, torch, torch.utils
+import os, shlex, torch, torch.utils
 try:
     nccl = ".".join(map(str, torch.cuda.nccl.version()))
 except Exception:
     nccl = "none"
 for k, v in dict(TORCH_VERSION=torch.__version__, TORCH_CUDA=torch.version.cuda or "", TORCH_NCCL=nccl,
                  TORCH_GPUS=torch.cuda.device_count() if torch.version.cuda else 0,
-                 TORCH_PREFIX=torch.utils.cmake_prefix_path).items():
+                 TORCH_PREFIX=torch.utils.cmake_prefix_path,
+                 TORCH_SITE=os.path.dirname(os.path.dirname(torch.__file__))).items():
     print(f"{k}={shlex.quote(str(v))}")
 EOF
 ) || die "$PYTHON cannot import torch (set PYTHON to a python with torch)"
@@ -63,7 +64,17 @@ if [ -n "$TORCH_CUDA" ]; then
     die "torch $TORCH_VERSION is a CUDA build and its CMake config needs the CUDA toolkit: no nvcc found (set CUDAToolkit_ROOT)"
   say "CUDA toolkit $cuda_root: $("$cuda_root/bin/nvcc" --version | sed -n 's/^Cuda compilation tools, //p')"
   export PATH="$cuda_root/bin:$PATH"
-  CUDA_ARGS="-DCUDAToolkit_ROOT=$cuda_root -DCMAKE_CUDA_COMPILER=$cuda_root/bin/nvcc"
+  # CUDAToolkit_ROOT for find_package(CUDAToolkit), CUDA_TOOLKIT_ROOT_DIR for the older find_package(CUDA)
+  # that Torch's config also calls (it would otherwise start from the first nvcc on PATH).
+  CUDA_ARGS="-DCUDAToolkit_ROOT=$cuda_root -DCUDA_TOOLKIT_ROOT_DIR=$cuda_root -DCMAKE_CUDA_COMPILER=$cuda_root/bin/nvcc"
+  # A minimal toolkit (nvcc and the runtime only) has no libnvrtc, which Torch's config links: take the one
+  # torch itself loads, from the nvidia-cuda-nvrtc wheel beside it.
+  if [ -z "$(find "$cuda_root/lib64/" "$cuda_root/lib/" "$cuda_root"/targets/*/lib/ -maxdepth 1 -name 'libnvrtc.so*' 2>/dev/null | head -n 1)" ]; then
+    nvrtc=$(find "$TORCH_SITE/nvidia" -name 'libnvrtc.so*' 2>/dev/null | sort | head -n 1)
+    [ -n "$nvrtc" ] || die "no libnvrtc in the CUDA toolkit $cuda_root nor in torch's nvidia wheels"
+    say "no libnvrtc in $cuda_root: using torch's $nvrtc"
+    CUDA_ARGS="$CUDA_ARGS -DCUDA_nvrtc_LIBRARY=$nvrtc"
+  fi
 fi
 
 # 3. The bundle: unpack the tarball once.
