@@ -75,6 +75,14 @@ if [ -n "$TORCH_CUDA" ]; then
     say "no libnvrtc in $cuda_root: using torch's $nvrtc"
     CUDA_ARGS="$CUDA_ARGS -DCUDA_nvrtc_LIBRARY=$nvrtc"
   fi
+  # Nor the headers of the CUDA libraries (cuBLAS, cuSPARSE, ...) that ATen's CUDA headers include: add
+  # those of torch's nvidia wheels, after every other include folder.
+  if [ -z "$(find "$cuda_root/include/" "$cuda_root"/targets/*/include/ -maxdepth 1 -name cusparse.h 2>/dev/null | head -n 1)" ]; then
+    incs=$(find "$TORCH_SITE/nvidia" -mindepth 2 -maxdepth 2 -type d -name include 2>/dev/null | sort | paste -sd ';')
+    [ -n "$incs" ] || die "no cusparse.h in the CUDA toolkit $cuda_root nor in torch's nvidia wheels"
+    say "no CUDA library headers in $cuda_root: using those of torch's nvidia wheels"
+    CUDA_ARGS="$CUDA_ARGS -DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES=$incs"
+  fi
 fi
 
 # 3. The bundle: unpack the tarball once.
