@@ -4,21 +4,43 @@
 #   scripts/setup.sh            # everything
 #   TORCH_PIP_SPEC=torch==2.11.0 scripts/setup.sh   # another torch wheel
 #   Torch_DIR=/opt/libtorch/share/cmake/Torch scripts/setup.sh   # an existing LibTorch
+#   BUILD_DIR=build-x scripts/setup.sh                # another build folder
+#   RANZCR_BUNDLE=third_party/bundle scripts/setup.sh # the dependencies from the offline bundle
+#                                                     # (scripts/offline/make-bundle.sh), not from apt
+#   RANZCR_OFFLINE=1 ...                              # never apt-get or pip: stop with an error instead
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 say() { echo "setup: $*" >&2; }
-
-# 1. Debian packages.
-PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev"
-missing=""
-for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-if [ -n "$missing" ]; then
+die() {
+  echo "error: $*" >&2
+  exit 1
+}
+apt_install() {
+  [ "${RANZCR_OFFLINE:-0}" = 1 ] && die "missing$*, and RANZCR_OFFLINE=1 forbids apt-get: install them first"
+  command -v apt-get >/dev/null || die "missing$*, and there is no apt-get to install them"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  say "installing Debian packages:$missing"
+  say "installing Debian packages:$*"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# 1. Debian packages; with RANZCR_BUNDLE only the build tools (the bundle holds the libraries).
+BUNDLE=""
+if [ -n "${RANZCR_BUNDLE:-}" ]; then
+  BUNDLE=$(cd "$RANZCR_BUNDLE" 2>/dev/null && pwd) || die "RANZCR_BUNDLE=$RANZCR_BUNDLE is not a folder"
+  [ -f "$BUNDLE/MANIFEST" ] || die "RANZCR_BUNDLE=$RANZCR_BUNDLE is not a bundle (no MANIFEST; see scripts/offline/make-bundle.sh)"
+  missing=""
+  command -v c++ >/dev/null || missing="$missing build-essential"
+  command -v cmake >/dev/null || missing="$missing cmake"
+  command -v ninja >/dev/null || missing="$missing ninja-build"
+  [ -z "$missing" ] || apt_install $missing
+else
+  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev"
+  missing=""
+  for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+  [ -z "$missing" ] || apt_install $missing
 fi
 
 # 2. LibTorch: Torch_DIR, else the project venv's torch, else a python3 that already has torch, else
@@ -30,6 +52,7 @@ if [ -z "${Torch_DIR:-}" ]; then
   [ -z "$PREFIX" ] && [ "${RANZCR_USE_SYSTEM_TORCH:-1}" = 1 ] && PREFIX=$(torch_prefix python3 || true)
   if [ -z "$PREFIX" ]; then
     SPEC=${TORCH_PIP_SPEC:-torch==2.13.0}
+    [ "${RANZCR_OFFLINE:-0}" = 1 ] && die "no LibTorch (set Torch_DIR, or a python3 with torch), and RANZCR_OFFLINE=1 forbids pip"
     say "installing $SPEC into .venv (LibTorch comes with the wheel)"
     [ -x "$ROOT/.venv/bin/python" ] || python3 -m venv "$ROOT/.venv"
     if ! "$ROOT/.venv/bin/pip" install -q "$SPEC" > "$ROOT/.venv/pip-install.log" 2>&1; then
@@ -45,9 +68,19 @@ fi
 
 # 3. Configure (once) and build.
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  say "configuring $BUILD_DIR (Torch_DIR=$Torch_DIR)"
+  say "configuring $BUILD_DIR (Torch_DIR=$Torch_DIR${BUNDLE:+, bundle $BUNDLE})"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$Torch_DIR" \
-    ${RANZCR_CMAKE_ARGS:-} >/dev/null
+    ${BUNDLE:+-DCMAKE_PREFIX_PATH="$BUNDLE"} ${RANZCR_CMAKE_ARGS:-} >/dev/null
+fi
+if [ -n "$BUNDLE" ]; then
+  # Every bundled dependency must come from the bundle, not from a system package beside it.
+  for var in OpenCV_DIR yaml-cpp_DIR GTest_DIR CLI11_DIR nlohmann_json_DIR RANZCR_GLOO_INCLUDE_DIR; do
+    found=$(sed -n "s/^$var:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt")
+    case "$found" in
+      "$BUNDLE"/*) ;;
+      *) die "$BUILD_DIR took $var=${found:-nothing}, not from the bundle $BUNDLE (remove $BUILD_DIR or pick another BUILD_DIR)" ;;
+    esac
+  done
 fi
 say "building (first build takes several minutes on 2 cores)"
 cmake --build "$BUILD_DIR" ${RANZCR_BUILD_TARGET:+--target $RANZCR_BUILD_TARGET}

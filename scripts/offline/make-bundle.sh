@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# Builds the dependency bundle for hosts without network (the offline GPU host): a CMake prefix in
+# third_party/bundle/ and a tarball of it, third_party/ranzcr-bundle.tar.xz, to carry there and use with
+#   RANZCR_BUNDLE=third_party/bundle scripts/setup.sh     (or scripts/offline/build-on-host.sh)
+# Run it on a networked Debian 12 machine (root or sudo only where apt-get must add a deb-src entry or a
+# missing build tool). Idempotent: finished steps are skipped; downloads are cached in third_party/sources/.
+#   scripts/offline/make-bundle.sh
+#   JOBS=4 scripts/offline/make-bundle.sh          # compile jobs (default: all cores)
+#   RANZCR_BUNDLE_REBUILD=1 scripts/offline/make-bundle.sh   # rebuild the bundle (downloads are kept)
+#
+# What the bundle holds (static libraries are position-independent and built without debug info):
+#   OpenCV 4.6.0 core, imgproc, imgcodecs, static, with OpenCV's own libjpeg-turbo, libpng and zlib built
+#     in. Source: the sdist of opencv-python-headless 4.6.0.66 on PyPI (the full OpenCV 4.6.0 tree, the
+#     version of Debian 12's libopencv-dev; Debian's own source package drops 3rdparty/, so it cannot build
+#     the codecs in). Configured so that nothing is downloaded at build time (checked).
+#   yaml-cpp (static), from Debian's source package (apt-get source; needs a deb-src entry, added if absent).
+#   GoogleTest and GoogleMock (static), from the sources in Debian's googletest package.
+#   CLI11, nlohmann-json (headers and CMake configs) and Gloo's headers (LibTorch has the Gloo code, not
+#     the headers), from Debian's libcli11-dev, nlohmann-json3-dev and libgloo-dev packages.
+#   MANIFEST (versions, sources, date) and share/licenses/.
+set -Eeuo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+TP=$ROOT/third_party
+DL=$TP/sources   # downloaded archives (cache, kept)
+SRC=$TP/src      # unpacked sources
+WORK=$TP/build   # build trees
+LOGS=$TP/logs
+BUNDLE=$TP/bundle
+STAMPS=$BUNDLE/.stamps # finished steps (left out of the tarball)
+TARBALL=$TP/ranzcr-bundle.tar.xz
+JOBS=${JOBS:-$(nproc)}
+
+OPENCV_VERSION=4.6.0
+OPENCV_SDIST=opencv-python-headless-4.6.0.66.tar.gz
+OPENCV_SDIST_SHA256=d5291d7e10aa2c19cab6fd86f0d61af8617290ecd2d7ffcb051e446868d04cc5
+HEADER_DEBS="libcli11-dev nlohmann-json3-dev libgloo-dev"
+
+say() { echo "make-bundle: $*" >&2; }
+die() {
+  echo "make-bundle: error: $*" >&2
+  exit 1
+}
+trap 'die "command failed at line $LINENO: $BASH_COMMAND"' ERR
+
+# logged STEP CMD...: runs CMD with its output in third_party/logs/STEP.log; on failure shows the log's
+# tail and stops with one error line.
+logged() {
+  local step=$1 log=$LOGS/$1.log
+  shift
+  if ! "$@" >>"$log" 2>&1; then
+    tail -n 25 "$log" | sed 's/^/    /' >&2
+    die "$step failed (full log: ${log#$ROOT/})"
+  fi
+}
+done_step() { [ -f "$STAMPS/$1" ]; }
+mark_done() { mkdir -p "$STAMPS" && touch "$STAMPS/$1"; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+  command -v sudo >/dev/null || SUDO=""
+fi
+as_root() {
+  [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" ] || die "needs root or sudo for: $*"
+  $SUDO "$@"
+}
+
+if [ "${RANZCR_BUNDLE_REBUILD:-0}" = 1 ]; then
+  say "RANZCR_BUNDLE_REBUILD=1: removing third_party/bundle, build trees and tarball (downloads are kept)"
+  rm -rf "$BUNDLE" "$WORK" "$TARBALL"
+fi
+mkdir -p "$DL" "$SRC" "$WORK" "$LOGS" "$BUNDLE"
+
+# 1. Tools: Debian's apt, a C/C++ compiler, cmake, ninja, dpkg-source, python3, xz.
+command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null ||
+  die "this script needs a Debian machine (apt-get, dpkg-deb); run it there and carry the tarball"
+missing=""
+command -v c++ >/dev/null && command -v cc >/dev/null || missing="$missing build-essential"
+command -v cmake >/dev/null || missing="$missing cmake"
+command -v ninja >/dev/null || missing="$missing ninja-build"
+command -v dpkg-source >/dev/null || missing="$missing dpkg-dev"
+command -v python3 >/dev/null || missing="$missing python3"
+command -v xz >/dev/null || missing="$missing xz-utils"
+if [ -n "$missing" ]; then
+  say "installing build tools:$missing"
+  logged apt-install as_root apt-get update -qq
+  logged apt-install as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+fi
+
+# 2. Sources, downloaded once into third_party/sources/.
+APT_UPDATED=0
+apt_update() {
+  [ "$APT_UPDATED" = 1 ] && return
+  say "apt-get update"
+  logged apt-update as_root apt-get update -qq
+  APT_UPDATED=1
+}
+# Debian source packages need deb-src entries: add them beside the deb ones if there are none.
+ensure_deb_src() {
+  apt-get source --print-uris yaml-cpp >/dev/null 2>&1 && return
+  if ! grep -rqs '^Types:.*deb-src\|^deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    [ -f /etc/apt/sources.list.d/debian.sources ] ||
+      die "no deb-src entry: add one for Debian (Types: deb deb-src) and run apt-get update"
+    say "adding deb-src entries: /etc/apt/sources.list.d/ranzcr-deb-src.sources (from debian.sources)"
+    sed 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources |
+      as_root tee /etc/apt/sources.list.d/ranzcr-deb-src.sources >/dev/null
+  fi
+  apt_update
+  apt-get source --print-uris yaml-cpp >/dev/null 2>&1 || die "apt-get source yaml-cpp does not work even with deb-src entries"
+}
+newest() { ls -1v "$@" 2>/dev/null | tail -n 1; } # newest cached file matching a glob
+
+mkdir -p "$DL/debian" "$DL/debs"
+if [ -z "$(newest "$DL"/debian/yaml-cpp_*.dsc)" ]; then
+  ensure_deb_src
+  say "downloading Debian source package yaml-cpp"
+  cd "$DL/debian"
+  logged download-yaml-cpp apt-get source --download-only yaml-cpp
+  cd "$ROOT"
+fi
+for pkg in googletest $HEADER_DEBS; do
+  [ -n "$(newest "$DL/debs/${pkg}"_*.deb)" ] && continue
+  apt-cache show "$pkg" >/dev/null 2>&1 || apt_update
+  say "downloading Debian package $pkg"
+  cd "$DL/debs"
+  logged "download-$pkg" apt-get download "$pkg"
+  cd "$ROOT"
+done
+if [ ! -f "$DL/$OPENCV_SDIST" ]; then
+  # The sdist is not a wheel: pip cannot fetch it without building it, so read the package's simple index
+  # page (pip's configured indexes, then PyPI) and fetch the file it lists, checking its sha256.
+  indexes="${PIP_INDEX_URL:-} ${PIP_EXTRA_INDEX_URL:-}"
+  if command -v pip3 >/dev/null; then
+    indexes="$indexes $(pip3 config get global.index-url 2>/dev/null || true)"
+    indexes="$indexes $(pip3 config get global.extra-index-url 2>/dev/null || true)"
+  fi
+  say "downloading $OPENCV_SDIST (OpenCV $OPENCV_VERSION source) from a Python package index"
+  logged download-opencv python3 - "$DL/$OPENCV_SDIST" "$OPENCV_SDIST_SHA256" $indexes https://pypi.org/simple <<'EOF'
+import hashlib, os, re, sys, urllib.parse, urllib.request
+dest, sha256, indexes = sys.argv[1], sys.argv[2], sys.argv[3:]
+name = os.path.basename(dest)
+project = "opencv-python-headless"
+for index in indexes:
+    page = index.rstrip("/") + "/" + project + "/"
+    try:
+        html = urllib.request.urlopen(page, timeout=60).read().decode("utf-8", "replace")
+    except Exception as e:
+        print(f"{page}: {e}")
+        continue
+    for href in re.findall(r'href="([^"]+)"', html):
+        url = urllib.parse.urljoin(page, href.split("#")[0])
+        if urllib.parse.unquote(url.rsplit("/", 1)[-1]) != name:
+            continue
+        print(f"fetching {url}")
+        digest = hashlib.sha256()
+        with urllib.request.urlopen(url, timeout=600) as r, open(dest + ".part", "wb") as f:
+            for chunk in iter(lambda: r.read(1 << 20), b""):
+                digest.update(chunk)
+                f.write(chunk)
+        if digest.hexdigest() != sha256:
+            os.remove(dest + ".part")
+            sys.exit(f"{url}: sha256 {digest.hexdigest()}, expected {sha256}")
+        os.rename(dest + ".part", dest)
+        with open(dest + ".url", "w") as f:
+            print(f"{url} sha256 {sha256}", file=f)
+        sys.exit(0)
+    print(f"{page}: no {name}")
+sys.exit(f"{name} not found on any index: {' '.join(indexes)}")
+EOF
+fi
+YAML_DSC=$(newest "$DL"/debian/yaml-cpp_*.dsc)
+YAML_VERSION=$(sed -n 's/^Version: //p' "$YAML_DSC")
+deb_version() { dpkg-deb -f "$(newest "$DL/debs/$1"_*.deb)" Version; }
+GTEST_VERSION=$(deb_version googletest)
+
+# 3. Unpacked sources in third_party/src/ (each unpacked into a temporary folder, then renamed).
+unpack() { # unpack DEST CMD... (CMD unpacks into $tmp)
+  local dest=$1 tmp=$1.tmp
+  shift
+  [ -d "$dest" ] && return
+  say "unpacking ${dest#$ROOT/}"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  logged unpack-$(basename "$dest") "$@"
+  mv "$tmp" "$dest"
+}
+OPENCV_SRC=$SRC/opencv-$OPENCV_VERSION
+unpack "$OPENCV_SRC" tar -xzf "$DL/$OPENCV_SDIST" -C "$SRC/opencv-$OPENCV_VERSION.tmp" --strip-components=2 \
+  "${OPENCV_SDIST%.tar.gz}/opencv"
+YAML_SRC=$SRC/yaml-cpp-$YAML_VERSION
+unpack "$YAML_SRC" sh -c "rm -rf '$YAML_SRC.tmp' && dpkg-source --no-copy -x '$YAML_DSC' '$YAML_SRC.tmp'"
+GTEST_DEB_SRC=$SRC/googletest-$GTEST_VERSION
+unpack "$GTEST_DEB_SRC" dpkg-deb -x "$(newest "$DL"/debs/googletest_*.deb)" "$GTEST_DEB_SRC.tmp"
+for pkg in $HEADER_DEBS; do
+  unpack "$SRC/$pkg-$(deb_version "$pkg")" dpkg-deb -x "$(newest "$DL/debs/$pkg"_*.deb)" "$SRC/$pkg-$(deb_version "$pkg").tmp"
+done
+
+# 4. Static libraries, built with Ninja and installed into the bundle.
+COMMON=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$BUNDLE" -DCMAKE_INSTALL_LIBDIR=lib
+  -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON)
+cmake_install() { # cmake_install NAME SOURCE_DIR ARGS...: configure, build, install into the bundle
+  local name=$1 src=$2
+  shift 2
+  if done_step "$name"; then
+    say "$name: already in the bundle, skipped"
+    return
+  fi
+  local build=$WORK/$name
+  rm -f "$LOGS/$name".log
+  say "$name: configuring (log: ${LOGS#$ROOT/}/$name.log)"
+  logged "$name" cmake -S "$src" -B "$build" "${COMMON[@]}" "$@"
+  say "$name: building with $JOBS jobs"
+  logged "$name" cmake --build "$build" -j "$JOBS"
+  logged "$name" cmake --install "$build"
+  # No executables, pkg-config files, data or debug info in the bundle.
+  rm -rf "$BUNDLE/bin" "$BUNDLE/lib/pkgconfig" "$BUNDLE/share/pkgconfig" "$BUNDLE/share/opencv4"
+  find "$BUNDLE/lib" -name '*.a' -exec strip --strip-debug {} +
+  mark_done "$name"
+}
+
+# OpenCV: only core, imgproc, imgcodecs; JPEG/PNG/zlib from OpenCV's 3rdparty/; every other codec, video,
+# GUI, accelerator and language binding off, so configure downloads nothing (IPP, ADE, ... stay out).
+OPENCV_OFF="WITH_IPP BUILD_IPP_IW WITH_ADE WITH_OPENCL WITH_ITT BUILD_ITT WITH_TIFF BUILD_TIFF WITH_WEBP
+  BUILD_WEBP WITH_OPENEXR BUILD_OPENEXR WITH_JASPER BUILD_JASPER WITH_OPENJPEG BUILD_OPENJPEG WITH_IMGCODEC_HDR
+  WITH_IMGCODEC_SUNRASTER WITH_IMGCODEC_PXM WITH_IMGCODEC_PFM WITH_GDAL WITH_GDCM WITH_FFMPEG WITH_GSTREAMER
+  WITH_V4L WITH_1394 WITH_GTK WITH_QT WITH_OPENGL WITH_VTK WITH_CUDA WITH_VA WITH_VA_INTEL WITH_VULKAN
+  WITH_OPENVX WITH_HALIDE WITH_INF_ENGINE WITH_NGRAPH WITH_PROTOBUF BUILD_PROTOBUF WITH_QUIRC WITH_EIGEN
+  WITH_LAPACK WITH_TBB WITH_OPENMP WITH_CAROTENE WITH_OBSENSOR WITH_ONNX WITH_TIMVX WITH_CLP WITH_IMGCODEC_GIF
+  BUILD_TESTS BUILD_PERF_TESTS BUILD_EXAMPLES BUILD_DOCS BUILD_opencv_apps BUILD_JAVA BUILD_FAT_JAVA_LIB
+  BUILD_opencv_python2 BUILD_opencv_python3 BUILD_opencv_js BUILD_opencv_world BUILD_PACKAGE
+  INSTALL_C_EXAMPLES INSTALL_PYTHON_EXAMPLES INSTALL_TESTS OPENCV_GENERATE_PKGCONFIG BUILD_WITH_DEBUG_INFO
+  ENABLE_CCACHE"
+OPENCV_ARGS=(-DBUILD_LIST=core,imgproc,imgcodecs -DWITH_JPEG=ON -DWITH_PNG=ON -DBUILD_JPEG=ON -DBUILD_PNG=ON
+  -DBUILD_ZLIB=ON -DENABLE_PIC=ON -DOPENCV_PYTHON_SKIP_DETECTION=ON -DOPENCV_DOWNLOAD_PATH="$WORK/opencv-downloads"
+  -DOPENCV_LICENSES_INSTALL_PATH=share/licenses/opencv4)
+for opt in $OPENCV_OFF; do OPENCV_ARGS+=("-D$opt=OFF"); done
+if ! done_step opencv; then rm -rf "$WORK/opencv-downloads"; fi
+cmake_install opencv "$OPENCV_SRC" "${OPENCV_ARGS[@]}"
+# OpenCV logs every download attempt in CMakeDownloadLog.txt; there must be none.
+if grep -qs '^#cmake_download\|^#do_copy\|^#do_unpack' "$WORK/opencv/CMakeDownloadLog.txt" ||
+  [ -n "$(find "$WORK/opencv-downloads" -type f ! -name .gitignore 2>/dev/null)" ]; then
+  die "OpenCV's configure tried to download something (see third_party/build/opencv/CMakeDownloadLog.txt)"
+fi
+
+cmake_install yaml-cpp "$YAML_SRC" -DYAML_BUILD_SHARED_LIBS=OFF -DYAML_CPP_BUILD_TESTS=OFF \
+  -DYAML_CPP_BUILD_TOOLS=OFF -DYAML_CPP_BUILD_CONTRIB=ON -DYAML_CPP_INSTALL=ON
+cmake_install googletest "$GTEST_DEB_SRC/usr/src/googletest" -DBUILD_GMOCK=ON -DINSTALL_GTEST=ON \
+  -Dgtest_build_tests=OFF -Dgmock_build_tests=OFF
+
+# 5. Header-only dependencies, copied out of the Debian packages (their CMake configs find the prefix
+#    relative to their own location, so they work from the bundle); the licences of everything bundled.
+if ! done_step headers; then
+  say "headers: CLI11, nlohmann-json, Gloo; licences"
+  cli=$SRC/libcli11-dev-$(deb_version libcli11-dev)
+  json=$SRC/nlohmann-json3-dev-$(deb_version nlohmann-json3-dev)
+  gloo=$SRC/libgloo-dev-$(deb_version libgloo-dev)
+  mkdir -p "$BUNDLE/include" "$BUNDLE/share/cmake"
+  rm -rf "$BUNDLE/include/CLI" "$BUNDLE/include/nlohmann" "$BUNDLE/include/gloo"
+  cp -a "$cli/usr/include/CLI" "$json/usr/include/nlohmann" "$gloo/usr/include/gloo" "$BUNDLE/include/"
+  cp -a "$cli/usr/share/cmake/CLI11" "$json/usr/share/cmake/nlohmann_json" "$BUNDLE/share/cmake/"
+  for pkg in $HEADER_DEBS; do
+    mkdir -p "$BUNDLE/share/licenses/$pkg"
+    cp "$SRC/$pkg-$(deb_version "$pkg")/usr/share/doc/$pkg/copyright" "$BUNDLE/share/licenses/$pkg/"
+  done
+  mkdir -p "$BUNDLE/share/licenses/yaml-cpp" "$BUNDLE/share/licenses/googletest"
+  cp "$YAML_SRC/LICENSE" "$BUNDLE/share/licenses/yaml-cpp/"
+  cp "$GTEST_DEB_SRC/usr/share/doc/googletest/copyright" "$BUNDLE/share/licenses/googletest/"
+  mark_done headers
+fi
+
+# 6. Manifest, then the tarball (remade only when the bundle changed).
+MANIFEST=$BUNDLE/MANIFEST
+if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -quit)" ]; then
+  say "writing ${MANIFEST#$ROOT/}"
+  ver() { sed -n "s/.*define $2 *\"\{0,1\}\([^\" ]*\).*/\1/p" "$OPENCV_SRC/3rdparty/$1" | head -n 1; }
+  {
+    echo "ranzcr-cpp offline dependency bundle (scripts/offline/make-bundle.sh)"
+    echo "created: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME") $(uname -m)"
+    echo "compiler: $(c++ --version | head -n 1); cmake $(cmake --version | sed -n 's/cmake version //p')"
+    echo "use: RANZCR_BUNDLE=<this folder> scripts/setup.sh (CMAKE_PREFIX_PATH=<this folder>)"
+    echo
+    echo "opencv $OPENCV_VERSION: core imgproc imgcodecs, static; built in: libjpeg-turbo $(sed -n 's/^set(VERSION_MAJOR \(.*\))/\1/p;s/^set(VERSION_MINOR \(.*\))/.\1/p;s/^set(VERSION_REVISION \(.*\))/.\1/p' "$OPENCV_SRC/3rdparty/libjpeg-turbo/CMakeLists.txt" | tr -d '\n'), libpng $(ver libpng/png.h PNG_LIBPNG_VER_STRING), zlib $(ver zlib/zlib.h ZLIB_VERSION)"
+    echo "  source: $(cat "$DL/$OPENCV_SDIST.url" 2>/dev/null || echo "$OPENCV_SDIST sha256 $OPENCV_SDIST_SHA256")"
+    echo "yaml-cpp $YAML_VERSION: static"
+    echo "  source: Debian source package yaml-cpp $YAML_VERSION (apt-get source)"
+    echo "googletest $GTEST_VERSION: gtest, gtest_main, gmock, gmock_main, static"
+    echo "  source: Debian package googletest $GTEST_VERSION (/usr/src/googletest)"
+    for pkg in $HEADER_DEBS; do
+      echo "$pkg $(deb_version "$pkg"): headers$([ "$pkg" = libgloo-dev ] && echo " only (the Gloo code is in LibTorch)" || echo " and CMake config")"
+      echo "  source: Debian package $pkg $(deb_version "$pkg")"
+    done
+  } >"$MANIFEST"
+fi
+if [ -f "$TARBALL" ] && [ -z "$(find "$BUNDLE" -newer "$TARBALL" -print -quit)" ]; then
+  say "tarball up to date: ${TARBALL#$ROOT/} ($(du -h "$TARBALL" | cut -f1))"
+else
+  say "packing ${TARBALL#$ROOT/} (xz)"
+  tar -C "$TP" --sort=name --owner=0 --group=0 --numeric-owner --exclude=bundle/.stamps -cf - bundle |
+    xz -T0 -9 >"$TARBALL.tmp"
+  mv "$TARBALL.tmp" "$TARBALL"
+  size=$(stat -c %s "$TARBALL")
+  say "wrote ${TARBALL#$ROOT/}: $((size / 1024 / 1024)) MiB ($size bytes); bundle $(du -sh --exclude=.stamps "$BUNDLE" | cut -f1)"
+  [ "$size" -lt $((30 * 1024 * 1024)) ] || say "warning: the tarball is over 30 MiB; the GPU transfer carries 64 MiB in all"
+fi
+say "done: RANZCR_BUNDLE=third_party/bundle scripts/setup.sh builds against it"
