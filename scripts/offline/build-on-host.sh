@@ -12,7 +12,6 @@
 # the nvcc on PATH, else /usr/local/cuda.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
 PYTHON=${PYTHON:-python3}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 BUNDLE=${RANZCR_BUNDLE:-third_party/bundle}

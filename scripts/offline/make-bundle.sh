@@ -50,7 +50,7 @@ logged() {
   shift
   if ! "$@" >>"$log" 2>&1; then
     tail -n 25 "$log" | sed 's/^/    /' >&2
-    die "$step failed (full log: ${log#$ROOT/})"
+    die "$step failed (full log: ${log#"$ROOT"/})"
   fi
 }
 done_step() { [ -f "$STAMPS/$1" ]; }
@@ -179,10 +179,10 @@ unpack() { # unpack DEST CMD... (CMD unpacks into $tmp)
   local dest=$1 tmp=$1.tmp
   shift
   [ -d "$dest" ] && return
-  say "unpacking ${dest#$ROOT/}"
+  say "unpacking ${dest#"$ROOT"/}"
   rm -rf "$tmp"
   mkdir -p "$tmp"
-  logged unpack-$(basename "$dest") "$@"
+  logged "unpack-$(basename "$dest")" "$@"
   mv "$tmp" "$dest"
 }
 OPENCV_SRC=$SRC/opencv-$OPENCV_VERSION
@@ -208,13 +208,13 @@ cmake_install() { # cmake_install NAME SOURCE_DIR ARGS...: configure, build, ins
   fi
   local build=$WORK/$name
   rm -f "$LOGS/$name".log
-  say "$name: configuring (log: ${LOGS#$ROOT/}/$name.log)"
+  say "$name: configuring (log: ${LOGS#"$ROOT"/}/$name.log)"
   logged "$name" cmake -S "$src" -B "$build" "${COMMON[@]}" "$@"
   say "$name: building with $JOBS jobs"
   logged "$name" cmake --build "$build" -j "$JOBS"
   logged "$name" cmake --install "$build"
   # No executables, pkg-config files, data or debug info in the bundle.
-  rm -rf "$BUNDLE/bin" "$BUNDLE/lib/pkgconfig" "$BUNDLE/share/pkgconfig" "$BUNDLE/share/opencv4"
+  rm -rf "${BUNDLE:?}/bin" "$BUNDLE/lib/pkgconfig" "$BUNDLE/share/pkgconfig" "$BUNDLE/share/opencv4"
   find "$BUNDLE/lib" -name '*.a' -exec strip --strip-debug {} +
   mark_done "$name"
 }
@@ -231,7 +231,7 @@ OPENCV_OFF="WITH_IPP BUILD_IPP_IW WITH_ADE WITH_OPENCL WITH_ITT BUILD_ITT WITH_T
   BUILD_opencv_python2 BUILD_opencv_python3 BUILD_opencv_js BUILD_opencv_world BUILD_PACKAGE
   INSTALL_C_EXAMPLES INSTALL_PYTHON_EXAMPLES INSTALL_TESTS OPENCV_GENERATE_PKGCONFIG BUILD_WITH_DEBUG_INFO
   ENABLE_CCACHE"
-OPENCV_ARGS=(-DBUILD_LIST=core,imgproc,imgcodecs -DWITH_JPEG=ON -DWITH_PNG=ON -DBUILD_JPEG=ON -DBUILD_PNG=ON
+OPENCV_ARGS=("-DBUILD_LIST=core,imgproc,imgcodecs" -DWITH_JPEG=ON -DWITH_PNG=ON -DBUILD_JPEG=ON -DBUILD_PNG=ON
   -DBUILD_ZLIB=ON -DENABLE_PIC=ON -DOPENCV_PYTHON_SKIP_DETECTION=ON -DOPENCV_DOWNLOAD_PATH="$WORK/opencv-downloads"
   -DOPENCV_LICENSES_INSTALL_PATH=share/licenses/opencv4)
 for opt in $OPENCV_OFF; do OPENCV_ARGS+=("-D$opt=OFF"); done
@@ -272,7 +272,7 @@ fi
 # 6. Manifest, then the tarball (remade only when the bundle changed).
 MANIFEST=$BUNDLE/MANIFEST
 if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -quit)" ]; then
-  say "writing ${MANIFEST#$ROOT/}"
+  say "writing ${MANIFEST#"$ROOT"/}"
   ver() { sed -n "s/.*define $2 *\"\{0,1\}\([^\" ]*\).*/\1/p" "$OPENCV_SRC/3rdparty/$1" | head -n 1; }
   {
     echo "ranzcr-cpp offline dependency bundle (scripts/offline/make-bundle.sh)"
@@ -293,14 +293,14 @@ if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -qui
   } >"$MANIFEST"
 fi
 if [ -f "$TARBALL" ] && [ -z "$(find "$BUNDLE" -newer "$TARBALL" -print -quit)" ]; then
-  say "tarball up to date: ${TARBALL#$ROOT/} ($(du -h "$TARBALL" | cut -f1))"
+  say "tarball up to date: ${TARBALL#"$ROOT"/} ($(du -h "$TARBALL" | cut -f1))"
 else
-  say "packing ${TARBALL#$ROOT/} (xz)"
+  say "packing ${TARBALL#"$ROOT"/} (xz)"
   tar -C "$TP" --sort=name --owner=0 --group=0 --numeric-owner --exclude=bundle/.stamps -cf - bundle |
     xz -T0 -9 >"$TARBALL.tmp"
   mv "$TARBALL.tmp" "$TARBALL"
   size=$(stat -c %s "$TARBALL")
-  say "wrote ${TARBALL#$ROOT/}: $((size / 1024 / 1024)) MiB ($size bytes); bundle $(du -sh --exclude=.stamps "$BUNDLE" | cut -f1)"
+  say "wrote ${TARBALL#"$ROOT"/}: $((size / 1024 / 1024)) MiB ($size bytes); bundle $(du -sh --exclude=.stamps "$BUNDLE" | cut -f1)"
   [ "$size" -lt $((30 * 1024 * 1024)) ] || say "warning: the tarball is over 30 MiB; the GPU transfer carries 64 MiB in all"
 fi
 say "done: RANZCR_BUNDLE=third_party/bundle scripts/setup.sh builds against it"
