@@ -98,8 +98,13 @@ double time_compute(const Setup& s, const Config& config, const BenchOptions& o,
   return static_cast<double>(batch.size()) * o.steps / watch.stop();
 }
 
-double time_e2e(const Setup& s, const Config& config, const BenchOptions& o, TrainStep& step,
-                Stopwatch& watch) {
+struct E2e {
+  double images_per_sec = 0.0;
+  double sync_wait_share = 0.0;  // of the timed steps' wall time
+};
+
+E2e time_e2e(const Setup& s, const Config& config, const BenchOptions& o, TrainStep& step,
+             const DistributedDataParallel& ddp, Stopwatch& watch) {
   BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config)), 1, s.loader);
   DeviceBatches batches(loader, s.batches);
   auto run = [&] {
@@ -110,9 +115,12 @@ double time_e2e(const Setup& s, const Config& config, const BenchOptions& o, Tra
   };
   for (int i = 0; i < o.warmup; ++i) run();
   watch.start();
+  const double wait_before = ddp.sync_wait_seconds();
   int64_t images = 0;
   for (int i = 0; i < o.steps; ++i) images += run();
-  return images / watch.stop();
+  const double wait = ddp.sync_wait_seconds() - wait_before;
+  const double seconds = watch.stop();
+  return E2e{images / seconds, wait / seconds};
 }
 
 }  // namespace
@@ -124,12 +132,7 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   s.index = load_train_index(config.data, index_options(config.data));
   s.train_rows =
       bench_rows(config, validation_split(config, s.index).train, o.warmup + o.steps + 1, collectives);
-  s.loader.batch_size = config.train.batch_size;
-  s.loader.num_workers = config.data.num_workers;
-  s.loader.prefetch_batches = config.data.prefetch_batches;
-  s.loader.skip_bad_images = config.data.skip_bad_images;
-  s.loader.drop_last = true;
-  set_loader_transfer(s.loader, device);
+  s.loader = train_loader_options(config, device, /*drop_last=*/true);
   const bool channels_last = resolve_channels_last(config.train.channels_last, device);
   s.batches = DeviceBatchOptions{device, config.model.in_channels, channels_last};
 
@@ -137,9 +140,7 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   auto model = make_model(config, static_cast<int64_t>(s.index.num_labels()), device, channels_last);
   model->train();
   auto optimizer = make_optimizer(config.optim, *model);
-  DdpOptions ddp_options;
-  ddp_options.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * 1024 * 1024);
-  DistributedDataParallel ddp(*model, collectives, ddp_options);
+  DistributedDataParallel ddp(*model, collectives, ddp_options(config));
   TrainStep step(*model, *optimizer, ddp, device, step_options(config, device));
   Stopwatch watch(device, collectives);
 
@@ -147,12 +148,9 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   const int world = collectives.world_size();
   r.loader_images_per_sec = world * time_loader(s, config, o, watch);
   r.compute_images_per_sec = world * time_compute(s, config, o, step, watch);
-  const double wait_before = ddp.sync_wait_seconds();
-  const auto e2e_start = Clock::now();
-  r.e2e_images_per_sec = world * time_e2e(s, config, o, step, watch);
-  if (world > 1)
-    r.sync_wait_share = (ddp.sync_wait_seconds() - wait_before) /
-                        std::chrono::duration<double>(Clock::now() - e2e_start).count();
+  const E2e e2e = time_e2e(s, config, o, step, ddp, watch);
+  r.e2e_images_per_sec = world * e2e.images_per_sec;
+  if (world > 1) r.sync_wait_share = e2e.sync_wait_share;
   r.device = device.str();
   r.model = config.model.name;
   r.precision = precision_name(step.options().precision);

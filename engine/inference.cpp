@@ -6,12 +6,6 @@
 
 namespace ranzcr {
 
-torch::Tensor model_input(const torch::Tensor& images, int in_channels, torch::Device device) {
-  torch::Tensor x = images.to(device, /*non_blocking=*/true);
-  if (in_channels != 1) x = x.expand({-1, in_channels, -1, -1}).contiguous();
-  return x;
-}
-
 InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
                               const InferenceOptions& options, Collectives& collectives) {
   SamplerOptions so;

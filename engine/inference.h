@@ -33,9 +33,6 @@ struct InferenceResult {
   int64_t skipped = 0;   // unreadable images skipped (all ranks)
 };
 
-/// Images [N, 1, H, W] in [0, 1] -> the model's input on `device` ([N, in_channels, H, W]).
-torch::Tensor model_input(const torch::Tensor& images, int in_channels, torch::Device device);
-
 /// Runs `model` in eval mode over `rows` of `index`. Each rank takes rows[rank::world]; the results are
 /// gathered on every rank and put back in the order of `rows`, so the metric sees exactly the full set.
 InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,

@@ -106,6 +106,24 @@ StepOptions step_options(const Config& config, const torch::Device& device) {
   return so;
 }
 
+LoaderOptions train_loader_options(const Config& config, const torch::Device& device, bool drop_last) {
+  LoaderOptions lo;
+  lo.batch_size = config.train.batch_size;
+  lo.num_workers = config.data.num_workers;
+  lo.prefetch_batches = config.data.prefetch_batches;
+  lo.skip_bad_images = config.data.skip_bad_images;
+  lo.drop_last = drop_last;
+  set_loader_transfer(lo, device);
+  return lo;
+}
+
+DdpOptions ddp_options(const Config& config) {
+  DdpOptions o;
+  o.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * 1024 * 1024);
+  o.broadcast_buffers = config.distributed.bn_sync == "broadcast";
+  return o;
+}
+
 TransformOptions train_transform(const Config& config) {
   TransformOptions to;
   to.image_size = config.data.image_size;
@@ -247,10 +265,7 @@ void Trainer::build_model() {
 // weights into the parameters (set_/set_data) may replace.
 void Trainer::build_step() {
   const torch::Device device = options_.device;
-  DdpOptions ddp_options;
-  ddp_options.bucket_bytes = static_cast<int64_t>(config_.distributed.bucket_mb * 1024 * 1024);
-  ddp_options.broadcast_buffers = config_.distributed.bn_sync == "broadcast";
-  ddp_ = std::make_unique<DistributedDataParallel>(*model_, collectives_, ddp_options);
+  ddp_ = std::make_unique<DistributedDataParallel>(*model_, collectives_, ddp_options(config_));
   const StepOptions so = step_options(config_, device);
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, *ddp_, device, so);
   if (LossScaler* scaler = step_->loss_scaler(); scaler && meta_.loss_scale > 0)
@@ -302,12 +317,7 @@ void Trainer::plan_epochs() {
   so.drop_last = split_.train.size() >= static_cast<size_t>(config_.train.batch_size * so.world_size);
   sampler_ = std::make_unique<DistributedSampler>(static_cast<int64_t>(split_.train.size()), so);
 
-  loader_options_.batch_size = config_.train.batch_size;
-  loader_options_.num_workers = config_.data.num_workers;
-  loader_options_.prefetch_batches = config_.data.prefetch_batches;
-  loader_options_.skip_bad_images = config_.data.skip_bad_images;
-  loader_options_.drop_last = so.drop_last;
-  set_loader_transfer(loader_options_, options_.device);
+  loader_options_ = train_loader_options(config_, options_.device, so.drop_last);
   batch_options_.device = options_.device;
   batch_options_.in_channels = config_.model.in_channels;
   batch_options_.channels_last = inference_options_.channels_last;

@@ -64,6 +64,10 @@ std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model);
 /// The step policy the config asks for on `device` (precision resolved).
 StepOptions step_options(const Config& config, const torch::Device& device);
+/// The training loader's options (batch, threads, prefetch, bad images, transfer format for `device`).
+LoaderOptions train_loader_options(const Config& config, const torch::Device& device, bool drop_last);
+/// The DDP wrapper's options (bucket size, BatchNorm statistics policy).
+DdpOptions ddp_options(const Config& config);
 /// The training augmentation of the config.
 TransformOptions train_transform(const Config& config);
 /// Process-wide settings for fast kernels on `device` (cuDNN benchmark mode on CUDA).
