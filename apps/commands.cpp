@@ -38,8 +38,10 @@ namespace fs = std::filesystem;
 namespace ranzcr {
 namespace {
 
+// The CPUs this process may use (affinity, cgroup quota, Slurm's --cpus-per-task).
 int hardware_threads() {
-  return std::max(1u, std::thread::hardware_concurrency());
+  static const int n = usable_cpus(current_environment());
+  return n;
 }
 
 void apply_threads(const Config& config) {
@@ -77,17 +79,28 @@ void print_progress(int64_t done, int64_t total) {
   }
 }
 
-// Makes sure data.root holds a data set: generates the synthetic one when the config asks for it,
-// otherwise explains how to get the data.
+bool same_folder(const std::string& a, const std::string& b) {
+  auto norm = [](const std::string& p) { return fs::absolute(fs::path(p) / "").lexically_normal(); };
+  return norm(a) == norm(b);
+}
+
+// Makes sure data.root holds a data set: generates the synthetic one when the config asks for it and
+// data.root is where it lives (synth.root; never into a mistyped data.root), otherwise explains how to
+// get the data.
 void ensure_dataset(const Config& config, RunLog& log) {
   const fs::path root(config.data.root);
   if (fs::exists(train_csv_path(config.data))) return;
-  if (!config.synth.generate_if_missing) {
+  const SynthConfig& synth = config.synth;
+  if (!synth.generate_if_missing || !same_folder(synth.root, config.data.root)) {
+    const std::string note =
+        synth.generate_if_missing
+            ? " (the synthetic data set is generated only in synth.root, " + synth.root + ")"
+            : "";
     throw std::runtime_error(
         "data set not found: " + train_csv_path(config.data) +
         " (data.root). Put the Kaggle RANZCR CLiP data there (train.csv and train/), or generate a synthetic "
         "stand-in with: ./ranzcr synth --out " +
-        root.string());
+        root.string() + note);
   }
   if (fs::exists(root))
     throw std::runtime_error(root.string() + " exists but has no " + config.data.train_csv);
@@ -119,18 +132,38 @@ std::shared_ptr<Classifier> load_model(CheckpointReader& reader, const Config& c
 }
 
 std::atomic<int> g_stop_signal{0};
+std::atomic<int64_t> g_first_signal_ns{0};
 
-// First SIGINT/SIGTERM: save at the next step and stop. A second one: stop now.
-void on_stop_signal(int sig) {
-  if (g_stop_signal.exchange(sig) != 0) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
+int64_t monotonic_ns() {  // async-signal-safe
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// First SIGINT/SIGTERM: save soon and stop. Repeats are expected and ignored: Slurm signals every
+// process of a step and our launcher forwards the same signal, torchrun may repeat it. A further signal
+// stops at once only when it comes from someone else than our parent, kSignalRepeatSeconds or more
+// after the first (a user who insists).
+void on_stop_signal(int sig, siginfo_t* info, void*) {
+  const int64_t now = monotonic_ns();
+  int expected = 0;
+  if (g_stop_signal.compare_exchange_strong(expected, sig)) {
+    g_first_signal_ns = now;
+    return;
   }
+  const bool from_parent = info && info->si_code == SI_USER && info->si_pid == ::getppid();
+  if (from_parent || now - g_first_signal_ns.load() < kSignalRepeatSeconds * 1000000000LL) return;
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
 }
 
 void install_stop_handlers() {
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  struct sigaction sa {};
+  sa.sa_sigaction = on_stop_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;  // file writes and waits go on; the flag is polled
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
 }
 
 int workers_per_node(const Config& config) {
@@ -141,6 +174,7 @@ int workers_per_node(const Config& config) {
 
 int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
   if (summary.stopped_by_signal) return 128 + summary.stopped_by_signal;
+  if (summary.already_finished) return 0;
   log.info("done: best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " +
            config.output.dir);
   return 0;

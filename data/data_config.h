@@ -36,11 +36,12 @@ struct DataConfig {
 };
 
 struct SynthConfig {
-  bool generate_if_missing = false;  // create a synthetic data set at data.root if it is absent
-  int num_images = 3000;             // training studies
-  int num_test_images = 200;         // test studies (test/ + sample_submission.csv)
-  int image_size = 512;              // side of the generated images, pixels
-  int seed = 7;                      // generator seed
+  bool generate_if_missing = false;  // create the synthetic data set in `root` if it is absent
+  std::string root;           // where the synthetic data set lives (generated only when data.root is it)
+  int num_images = 3000;      // training studies
+  int num_test_images = 200;  // test studies (test/ + sample_submission.csv)
+  int image_size = 512;       // side of the generated images, pixels
+  int seed = 7;               // generator seed
 };
 
 }  // namespace ranzcr

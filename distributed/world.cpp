@@ -1,8 +1,15 @@
 #include "distributed/world.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -55,23 +62,62 @@ EnvMap current_environment() {
 }
 
 std::string first_slurm_host(const std::string& nodelist) {
+  // The first entry at bracket depth 0, then each [..] replaced by its first number, padding kept.
+  std::string first;
   int depth = 0;
-  size_t end = nodelist.size();
-  for (size_t i = 0; i < nodelist.size(); ++i) {
-    if (nodelist[i] == '[') ++depth;
-    if (nodelist[i] == ']') --depth;
-    if (nodelist[i] == ',' && depth == 0) {
-      end = i;
-      break;
-    }
+  for (char c : nodelist) {
+    if (c == ',' && depth == 0) break;
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    first += c;
   }
-  const std::string first = nodelist.substr(0, end);
-  const size_t open = first.find('[');
-  if (open == std::string::npos) return first;
-  const std::string inside = first.substr(open + 1, first.find(']') - open - 1);
-  const size_t stop = inside.find_first_of(",-");
-  return first.substr(0, open) + inside.substr(0, stop);
+  std::string host;
+  for (size_t i = 0; i < first.size(); ++i) {
+    if (first[i] != '[') {
+      host += first[i];
+      continue;
+    }
+    const size_t close = first.find(']', i);
+    const std::string inside =
+        first.substr(i + 1, close == std::string::npos ? std::string::npos : close - i - 1);
+    host += inside.substr(0, inside.find_first_of(",-"));
+    if (close == std::string::npos) break;
+    i = close;
+  }
+  return host;
 }
+
+int slurm_port(int64_t job_id, int64_t step_id) {
+  // 312 consecutive jobs x 64 steps each get distinct ports in 20000..39967.
+  return 20000 + static_cast<int>((job_id % 312) * 64 + step_id % 64);
+}
+
+namespace {
+
+// Master host and port of a Slurm job step: the step's first node (not the allocation's), a port from
+// the job and step ids (two steps of one allocation may run at once).
+void slurm_master(const EnvMap& env, std::string* addr, int* port) {
+  const std::string* nodes = get(env, "SLURM_STEP_NODELIST");
+  if (!nodes) nodes = get(env, "SLURM_JOB_NODELIST");
+  if (!nodes) nodes = get(env, "SLURM_NODELIST");
+  if (nodes) *addr = first_slurm_host(*nodes);
+  const int job = get_int(env, "SLURM_JOB_ID", -1);
+  if (job < 0) return;
+  int step = get_int(env, "SLURM_STEP_ID", -1);
+  if (step < 0) step = get_int(env, "SLURM_STEPID", 0);
+  *port = slurm_port(job, step);
+}
+
+// sbatch --ntasks=N runs the batch script once; only srun starts the N tasks (and sets the step ids).
+void require_srun_task(const EnvMap& env) {
+  if (get_int(env, "SLURM_NTASKS", 1, 1) <= 1 || get(env, "SLURM_STEP_ID") || get(env, "SLURM_STEPID"))
+    return;
+  throw std::runtime_error("Slurm: the job has SLURM_NTASKS=" + *get(env, "SLURM_NTASKS") +
+                           " tasks but this process is its batch script, not one of them: start the "
+                           "binary with srun (srun ./ranzcr train ...), which runs it once per task");
+}
+
+}  // namespace
 
 std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are_nodes) {
   WorldInfo w;
@@ -97,6 +143,7 @@ std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are
   }
   if (get(env, "SLURM_PROCID") && get(env, "SLURM_NTASKS") && !slurm_tasks_are_nodes && !get(env, "RANK")) {
     w.launcher = "slurm";
+    require_srun_task(env);
     w.rank = get_int(env, "SLURM_PROCID", 0);
     w.world_size = get_int(env, "SLURM_NTASKS", 1, 1);
     w.local_rank = get_int(env, "SLURM_LOCALID", 0);
@@ -109,8 +156,7 @@ std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are
     }
     w.local_world_size = std::max(w.local_world_size, w.local_rank + 1);
     w.node_rank = get_int(env, "SLURM_NODEID", 0);
-    if (const auto* nodes = get(env, "SLURM_JOB_NODELIST")) w.master_addr = first_slurm_host(*nodes);
-    if (const auto* job = get(env, "SLURM_JOB_ID")) w.master_port = 20000 + std::stoi(*job) % 20000;
+    slurm_master(env, &w.master_addr, &w.master_port);
     common(w);  // MASTER_ADDR / MASTER_PORT, when set, win
     check(w, "Slurm environment");
     return w;
@@ -124,6 +170,7 @@ std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are
     w.local_rank = get_int(env, "LOCAL_RANK", 0);
     w.local_world_size = get_int(env, "LOCAL_WORLD_SIZE", 1, 1);
     w.node_rank = get_int(env, "NODE_RANK", get_int(env, "GROUP_RANK", 0));
+    w.external_store = get(env, "RANZCR_STORE_HOSTED") != nullptr;  // our launcher hosts it
     common(w);
     check(w, "RANK/WORLD_SIZE environment");
     return w;
@@ -140,16 +187,20 @@ NodePlan node_plan_from_env(const EnvMap& env, bool slurm_tasks_are_nodes) {
     plan.node_rank = get_int(env, pet ? "PET_NODE_RANK" : "NODE_RANK", 0);
   } else if (slurm_tasks_are_nodes && get(env, "SLURM_PROCID") && get(env, "SLURM_NTASKS")) {
     plan.source = "Slurm tasks";
+    require_srun_task(env);
     plan.nnodes = get_int(env, "SLURM_NTASKS", 1, 1);
     plan.node_rank = get_int(env, "SLURM_PROCID", 0);
-    if (const auto* nodes = get(env, "SLURM_JOB_NODELIST")) plan.master_addr = first_slurm_host(*nodes);
-    if (const auto* job = get(env, "SLURM_JOB_ID")) plan.master_port = 20000 + std::stoi(*job) % 20000;
+    slurm_master(env, &plan.master_addr, &plan.master_port);
   }
   if (const auto* a = get(env, "MASTER_ADDR")) plan.master_addr = *a;
   plan.master_port = get_int(env, "MASTER_PORT", plan.master_port, 1);
   if (plan.node_rank >= plan.nnodes)
     throw std::runtime_error(plan.source + ": node rank " + std::to_string(plan.node_rank) +
                              " is not below the number of nodes " + std::to_string(plan.nnodes));
+  if (plan.nnodes > 1 && plan.source != "Slurm tasks" && !get(env, "MASTER_ADDR"))
+    throw std::runtime_error(plan.source + ": a job of " + std::to_string(plan.nnodes) +
+                             " nodes needs MASTER_ADDR (node 0's address, reachable from every node) and "
+                             "MASTER_PORT set on every node");
   if (plan.nnodes > 1 && plan.master_port == 0)
     throw std::runtime_error("a multi-node job needs MASTER_PORT (and MASTER_ADDR) set on every node");
   return plan;
@@ -158,6 +209,69 @@ NodePlan node_plan_from_env(const EnvMap& env, bool slurm_tasks_are_nodes) {
 int gpu_for_local_rank(int local_rank, int visible_gpus) {
   if (visible_gpus <= 1) return 0;
   return local_rank % visible_gpus;
+}
+
+}  // namespace ranzcr
+
+namespace ranzcr {
+
+int cpus_from_cgroup_max(const std::string& text) {
+  std::istringstream in(text);
+  std::string quota;
+  double period = 0;
+  if (!(in >> quota >> period) || quota == "max" || period <= 0) return 0;
+  double q = 0;
+  try {
+    q = std::stod(quota);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  return q > 0 ? std::max(1, static_cast<int>(std::ceil(q / period))) : 0;
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The tightest CPU quota of this process's cgroup v2 and its ancestors, else cgroup v1's; 0 = none.
+int cgroup_cpu_limit() {
+  int limit = 0;
+  auto tighten = [&](int cpus) {
+    if (cpus > 0) limit = limit == 0 ? cpus : std::min(limit, cpus);
+  };
+  std::ifstream self("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(self, line)) {
+    if (line.rfind("0::", 0) == 0) {  // v2: "0::/path"
+      for (std::filesystem::path p = "/sys/fs/cgroup" + line.substr(3);; p = p.parent_path()) {
+        tighten(cpus_from_cgroup_max(read_text((p / "cpu.max").string())));
+        if (p == "/sys/fs/cgroup" || p == p.parent_path()) break;
+      }
+    }
+  }
+  const std::string q = read_text("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");  // v1
+  const std::string period = read_text("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+  if (!q.empty() && !period.empty() && q[0] != '-') tighten(cpus_from_cgroup_max(q + " " + period));
+  return limit;
+}
+
+}  // namespace
+
+int usable_cpus(const EnvMap& env) {
+  int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  if (const int quota = cgroup_cpu_limit(); quota > 0) cpus = std::min(cpus, quota);
+  // Slurm without CPU binding (task/none) says only this.
+  if (get(env, "SLURM_CPUS_PER_TASK") && get(env, "SLURM_JOB_ID"))
+    cpus = std::min(cpus, get_int(env, "SLURM_CPUS_PER_TASK", cpus, 1));
+  return std::max(1, cpus);
 }
 
 }  // namespace ranzcr

@@ -50,7 +50,18 @@ NodePlan node_plan_from_env(const EnvMap& env, bool slurm_tasks_are_nodes);
 /// local_rank modulo the visible count.
 int gpu_for_local_rank(int local_rank, int visible_gpus);
 
-/// First host of a Slurm node list: "gpu[07-09,12],cpu1" -> "gpu07".
+/// First host of a Slurm host list, full grammar: "gpu[07-09,12],cpu1" -> "gpu07",
+/// "rack[1-2]-node[01-02]" -> "rack1-node01".
 std::string first_slurm_host(const std::string& nodelist);
+
+/// The rendezvous port of Slurm job step `step_id` of job `job_id` (steps of one job differ).
+int slurm_port(int64_t job_id, int64_t step_id);
+
+/// The CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota and, under Slurm,
+/// by SLURM_CPUS_PER_TASK (Slurm without CPU binding says it only there). At least 1.
+int usable_cpus(const EnvMap& env);
+
+/// CPUs allowed by a cgroup v2 `cpu.max` text ("150000 100000" -> 2, rounded up); 0 = no limit ("max").
+int cpus_from_cgroup_max(const std::string& text);
 
 }  // namespace ranzcr

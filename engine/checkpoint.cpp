@@ -69,6 +69,10 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
   if (archive.try_read("loss_scale", optional) && optional.isDouble()) meta.loss_scale = optional.toDouble();
   if (archive.try_read("loss_scale_growth", optional) && optional.isInt())
     meta.loss_scale_growth = optional.toInt();
+  if (archive.try_read("epochs_since_best", optional) && optional.isInt())
+    meta.epochs_since_best = optional.toInt();
+  torch::Tensor rng;
+  if (archive.try_read("rng_states", rng)) meta.rng_states = rng.cpu();
   return meta;
 }
 
@@ -108,6 +112,30 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   }
 }
 
+void append_line(const std::string& path, const std::string& line) {
+  const std::string text = line + "\n";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot append to " + path + ": " + std::strerror(errno));
+  const off_t before = ::lseek(fd, 0, SEEK_END);
+  ssize_t n;
+  do {
+    n = ::write(fd, text.data(), text.size());
+  } while (n < 0 && errno == EINTR);
+  std::string why;
+  if (n < 0)
+    why = std::strerror(errno);
+  else if (n != static_cast<ssize_t>(text.size()))
+    why = "short write (disk full?)";
+  else if (::fsync(fd) != 0)
+    why = std::strerror(errno);
+  if (!why.empty()) {
+    if (before >= 0 && n > 0) (void)!::ftruncate(fd, before);  // no half line left behind
+    ::close(fd);
+    throw std::runtime_error("cannot append to " + path + ": " + why);
+  }
+  ::close(fd);
+}
+
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
                                  torch::optim::Optimizer* optimizer) {
   torch::serialize::OutputArchive archive;
@@ -123,6 +151,8 @@ std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& 
   archive.write("batch_size", c10::IValue(meta.batch_size));
   archive.write("loss_scale", c10::IValue(meta.loss_scale));
   archive.write("loss_scale_growth", c10::IValue(meta.loss_scale_growth));
+  archive.write("epochs_since_best", c10::IValue(meta.epochs_since_best));
+  if (meta.rng_states.defined()) archive.write("rng_states", meta.rng_states.cpu());
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   archive.write("model", model_archive);

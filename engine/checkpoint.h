@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
+#include <torch/types.h>
 
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ struct CheckpointMeta {
   int64_t batch_size = 0;          // per process
   double loss_scale = 0.0;         // fp16 loss scaler's scale (0 = no scaler)
   int64_t loss_scale_growth = 0;   // fp16 loss scaler's clean steps since its last change
+  int64_t epochs_since_best = 0;   // epochs without a better best_metric (early stopping)
+  /// Mid-epoch saves: every rank's random generator state (uint8 [world_size, state bytes]), so that
+  /// dropout and other random ops continue exactly where they were. Undefined at epoch ends.
+  torch::Tensor rng_states;
 };
 
 /// The checkpoint file's bytes: model, optimizer (may be null) and meta.
@@ -63,5 +68,9 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
 
 /// Writes `bytes` to `path` atomically: temporary file in the same folder, fsync, rename, fsync folder.
 void write_file_atomic(const std::string& path, const std::string& bytes);
+
+/// Appends `line` (with its newline) to `path` in one write and fsyncs it. Throws std::runtime_error
+/// naming the file when it cannot be opened or written (a partial write is cut off again).
+void append_line(const std::string& path, const std::string& line);
 
 }  // namespace ranzcr

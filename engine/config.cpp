@@ -39,6 +39,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.augment.clahe", a.clahe);
   auto& s = c.synth;
   v("synth.generate_if_missing", s.generate_if_missing);
+  v("synth.root", s.root);
   v("synth.num_images", s.num_images);
   v("synth.num_test_images", s.num_test_images);
   v("synth.image_size", s.image_size);
@@ -65,6 +66,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.early_stop_patience", t.early_stop_patience);
   v("train.precision", t.precision);
   v("train.channels_last", t.channels_last);
+  v("train.resume", t.resume);
   v("distributed.nproc_per_node", c.distributed.nproc_per_node);
   v("distributed.backend", c.distributed.backend);
   v("distributed.init_method", c.distributed.init_method);
@@ -277,6 +279,10 @@ void validate_config(const Config& c) {
   const auto& cl = c.train.channels_last;
   require(cl == "auto" || cl == "true" || cl == "false",
           "train.channels_last must be auto, true or false, got '" + cl + "'");
+  require(c.train.resume == "auto" || c.train.resume == "never",
+          "train.resume must be auto or never, got '" + c.train.resume + "'");
+  require(!c.synth.generate_if_missing || !c.synth.root.empty(),
+          "synth.generate_if_missing needs synth.root (the folder the synthetic data set is generated in)");
   require(
       c.distributed.backend == "auto" || c.distributed.backend == "gloo" || c.distributed.backend == "nccl",
       "distributed.backend must be auto, gloo or nccl, got '" + c.distributed.backend + "'");

@@ -41,6 +41,7 @@ struct TrainConfig {
   int early_stop_patience = 0;     // stop after this many epochs without a better val AUC (0 = off)
   std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (auto: bf16 on GPUs that have it, else fp32)
   std::string channels_last = "auto";  // auto | true | false: NHWC conv layout (auto: on for CUDA)
+  std::string resume = "auto";  // auto: continue output.dir's checkpoints/last.pt when there is one | never
 };
 
 struct DistributedConfig {
@@ -50,7 +51,7 @@ struct DistributedConfig {
   double timeout_seconds = 300.0;      // rendezvous and collective timeout
   double bucket_mb = 25.0;             // gradient all-reduce bucket size, MiB
   std::string bn_sync = "broadcast";   // BatchNorm buffers: broadcast (from rank 0) | average
-  double grace_seconds = 10.0;         // launcher: SIGTERM to SIGKILL when stopping workers
+  double grace_seconds = 120.0;        // launcher: SIGTERM to SIGKILL when stopping workers
 };
 
 struct OutputConfig {

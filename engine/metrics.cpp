@@ -1,12 +1,16 @@
 #include "engine/metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace ranzcr {
 
 std::optional<double> roc_auc(const std::vector<double>& scores, const std::vector<float>& labels) {
   const size_t n = scores.size();
+  // NaN has no rank (and breaks the strict weak order std::sort needs): the AUC is undefined. +-Inf
+  // order like any other value.
+  if (std::any_of(scores.begin(), scores.end(), [](double s) { return std::isnan(s); })) return std::nullopt;
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });

@@ -10,11 +10,11 @@
 namespace ranzcr {
 
 /// AUC of `scores` against 0/1 `labels`: P(score_pos > score_neg) + 0.5 P(score_pos == score_neg), from
-/// average ranks. nullopt when only one class is present (undefined).
+/// average ranks. nullopt when only one class is present or a score is NaN (undefined).
 std::optional<double> roc_auc(const std::vector<double>& scores, const std::vector<float>& labels);
 
 struct AucReport {
-  std::vector<std::optional<double>> per_class;            // nullopt = undefined (one class only)
+  std::vector<std::optional<double>> per_class;            // nullopt = undefined (one class, NaN scores)
   double mean = std::numeric_limits<double>::quiet_NaN();  // mean over defined columns (NaN if none)
   std::vector<std::string> undefined;                      // names of the undefined columns
 };

@@ -1,5 +1,7 @@
 #include "engine/metrics_writer.h"
 
+#include "engine/checkpoint.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -67,7 +69,7 @@ class JsonlWriter : public MetricsWriter {
     j["train_images"] = r.train_images;
     j["val_images"] = r.val_images;
     j["skipped_images"] = r.skipped_images;
-    std::ofstream(path_, std::ios::app) << j.dump() << "\n";
+    append_line(path_, j.dump());
   }
 
  private:

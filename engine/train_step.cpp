@@ -29,8 +29,11 @@ bool TrainStep::ends_window(int64_t i, int64_t n) const {
 torch::Tensor TrainStep::forward_backward(const torch::Tensor& images, const torch::Tensor& labels,
                                           bool sync) {
   ddp_.set_require_sync(sync);
-  if (images.size(0) == 0) return {};
+  // Every rank takes part in the buffer broadcast, also one whose batch came out empty (all images
+  // unreadable and skipped): otherwise the ranks' collectives no longer pair up. Its gradients count as
+  // zeros in the all-reduce (finish_gradient_sync).
   ddp_.before_forward();
+  if (images.size(0) == 0) return {};
   torch::Tensor logits;
   {
     Autocast autocast(device_, options_.precision);

@@ -39,9 +39,13 @@ void truncate_metrics(const std::string& path, int64_t epochs) {
   write_file_atomic(path, kept);
 }
 
-// With several ranks the stop flags are all-reduced only every this many optimizer steps (and at the
-// end of an epoch): a collective, and on CUDA a host sync, per step would stall the GPU pipeline.
-constexpr int64_t kStopPollSteps = 8;
+// Stop flags and the divergence check are combined over the ranks (and read from the GPU) only every
+// this many optimizer steps and at the end of an epoch: a collective, and on CUDA a host sync, per step
+// would stall the pipeline. One process on the CPU checks every step (it costs nothing there).
+constexpr int64_t kPollSteps = 8;
+// Consecutive non-finite losses tolerated before the run counts as diverged: none, except with fp16,
+// where the loss scaler skips overflowing steps and an overflow now and then is expected.
+constexpr int64_t kFp16NonFiniteLosses = 8;
 
 }  // namespace
 
@@ -139,26 +143,63 @@ void configure_device(const torch::Device& device) {
 
 // ---- Trainer pieces ----------------------------------------------------------------------------------
 
-/// Whether any rank was asked to stop (SIGTERM/SIGINT). One process reads its flag every step (free);
-/// several all-reduce their flags every kStopPollSteps steps and at the end of an epoch.
-class Trainer::StopPoll {
+/// Non-finite losses, counted on the device (reading the count is a host sync: done only when polled).
+class Trainer::LossWatch {
  public:
-  StopPoll(Collectives& collectives, const std::atomic<int>* flag) : collectives_(collectives), flag_(flag) {}
-  /// True when the run must stop after optimizer step `step`.
-  bool requested(int64_t step, bool epoch_end) {
-    if (collectives_.world_size() == 1) return local() > 0;
-    if (step % kStopPollSteps != 0 && !epoch_end) return false;
-    torch::Tensor stop = torch::tensor({static_cast<double>(local())}, torch::kDouble);
-    collectives_.all_reduce_sum(stop);
-    return stop.item<double>() > 0;
+  LossWatch(const torch::Device& device, int64_t tolerated) : tolerated_(static_cast<double>(tolerated)) {
+    const auto opts = torch::TensorOptions().dtype(torch::kDouble).device(device);
+    run_ = torch::zeros({}, opts), worst_ = torch::zeros({}, opts);
   }
-  /// This process's signal, or SIGTERM when another rank's signal stopped it.
-  int signal() const { return local() > 0 ? local() : SIGTERM; }
+  void add(const torch::Tensor& loss) {
+    if (!loss.defined()) return;
+    const torch::Tensor bad = torch::isfinite(loss).logical_not().to(torch::kDouble);
+    run_.add_(1.0).mul_(bad);  // consecutive non-finite losses so far
+    worst_ = torch::maximum(worst_, run_);
+  }
+  /// 1 when more consecutive losses than tolerated were non-finite since the last call, else 0.
+  double take_diverged() {
+    const double worst = worst_.item<double>();
+    worst_.copy_(run_);
+    return worst > tolerated_ ? 1.0 : 0.0;
+  }
 
  private:
+  double tolerated_;
+  torch::Tensor run_, worst_;
+};
+
+/// What every rank must agree on after a step: was any rank asked to stop (SIGTERM/SIGINT), did any
+/// rank's loss diverge. One process reads its own flag every step (free); several all-reduce their
+/// flags every kPollSteps steps and at the end of an epoch.
+class Trainer::Poll {
+ public:
+  struct Result {
+    int signal = 0;  // this rank's signal, or SIGTERM when another rank's stopped it; 0 = none
+    bool diverged = false;
+  };
+  Poll(Collectives& collectives, const std::atomic<int>* flag, bool every_step)
+      : collectives_(collectives), flag_(flag), every_step_(every_step) {}
+  /// After optimizer step `step`.
+  Result after_step(int64_t step, bool epoch_end, LossWatch& watch) {
+    const bool due = every_step_ || epoch_end || step % kPollSteps == 0;
+    if (collectives_.world_size() == 1) return {local(), due && watch.take_diverged() > 0};
+    if (!due) return {};
+    return combine(watch.take_diverged());
+  }
+  /// Between epochs (after validation and the checkpoint save): whether a stop was asked meanwhile.
+  int signal_between_epochs() { return collectives_.world_size() == 1 ? local() : combine(0.0).signal; }
+
+ private:
+  Result combine(double diverged) {
+    torch::Tensor t = torch::tensor({local() > 0 ? 1.0 : 0.0, diverged}, torch::kDouble);
+    collectives_.all_reduce_sum(t);
+    const auto v = t.accessor<double, 1>();
+    return {v[0] > 0 ? (local() > 0 ? local() : SIGTERM) : 0, v[1] > 0};
+  }
   int local() const { return flag_ ? flag_->load() : 0; }
   Collectives& collectives_;
   const std::atomic<int>* flag_;
+  bool every_step_;
 };
 
 /// Loss sums of an epoch (kept on the device: reading them is a host sync, done only for progress
@@ -218,7 +259,8 @@ Trainer::Trainer(Config config, Collectives& collectives, RunLog& log, TrainOpti
     : config_(std::move(config)), collectives_(collectives), log_(log), options_(std::move(options)) {
   load_data();
   build_model();
-  if (!options_.resume_path.empty()) resume(options_.resume_path);
+  if (const std::string from = resume_source(); !from.empty()) resume(from, options_.resume_path.empty());
+  start_metrics();
   build_step();
   plan_epochs();
 }
@@ -238,7 +280,6 @@ void Trainer::load_data() {
     fs::create_directories(ckpt_dir_);
     write_file_atomic((out / "config.yaml").string(), meta_.config_yaml);
     log_.open_file((out / "log.txt").string());
-    writers_.add(make_jsonl_writer((out / "metrics.jsonl").string()));
   }
   writers_.add(make_console_writer(log_));
   log_.info("data: " + std::to_string(index_.size()) + " images, " + std::to_string(index_.num_labels()) +
@@ -270,43 +311,85 @@ void Trainer::build_step() {
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, *ddp_, device, so);
   if (LossScaler* scaler = step_->loss_scaler(); scaler && meta_.loss_scale > 0)
     scaler->load(meta_.loss_scale, meta_.loss_scale_growth);
-  stop_ = std::make_unique<StopPoll>(collectives_, options_.stop_signal);
+  watch_ = std::make_unique<LossWatch>(device, so.precision == Precision::kFp16 ? kFp16NonFiniteLosses : 0);
+  poll_ = std::make_unique<Poll>(collectives_, options_.stop_signal,
+                                 collectives_.world_size() == 1 && !device.is_cuda());
   log_.info("model: " + config_.model.name + ", " + std::to_string(count_parameters(*model_)) +
             " parameters, device " + device.str() + ", precision " + precision_name(so.precision) +
             (inference_options_.channels_last ? ", channels_last" : "") + ", world size " +
             std::to_string(collectives_.world_size()));
 }
 
-void Trainer::resume(const std::string& path) {
+std::string Trainer::resume_source() {
+  if (!options_.resume_path.empty()) return options_.resume_path;
+  const std::string last = ckpt_dir_ + "/last.pt";
+  // Rank 0 looks and everyone follows its answer, so all ranks take the same path.
+  torch::Tensor found =
+      torch::tensor({collectives_.is_main() && fs::exists(last) ? 1.0 : 0.0}, torch::kDouble);
+  collectives_.broadcast(found, 0);
+  if (found.item<double>() == 0) return "";
+  if (config_.train.resume == "auto") return last;
+  if (collectives_.is_main()) {
+    std::string what = "a previous run";
+    try {
+      const CheckpointMeta old = read_checkpoint_meta(last);
+      what = "a run of " + old.model_name + " at epoch " + std::to_string(old.epoch);
+    } catch (const std::exception&) {
+    }
+    log_.warn("train.resume=never: starting over in " + out_dir_ + "; it held " + what +
+              ", whose checkpoints and metrics.jsonl are removed now");
+    for (const auto& entry : fs::directory_iterator(ckpt_dir_))
+      if (entry.path().extension() == ".pt") fs::remove(entry.path());
+  }
+  collectives_.barrier();  // nobody looks at the folder before it is cleared
+  return "";
+}
+
+void Trainer::resume(const std::string& path, bool automatic) {
   collectives_.barrier();                          // the file is complete before anyone reads it
   CheckpointReader reader(path, options_.device);  // one read: check, then restore
   const CheckpointMeta& saved = reader.meta();
+  const std::string what = automatic ? "output.dir " + out_dir_ + " holds a run (checkpoints/last.pt) "
+                                     : "--resume " + path + ": the checkpoint holds a run ";
+  const std::string fix =
+      automatic ? ": use another output.dir, or set train.resume=never to start over there" : "";
   if (saved.model_name != config_.model.name)
-    throw std::runtime_error("--resume " + path + ": checkpoint holds model '" + saved.model_name +
-                             "' but the config says '" + config_.model.name + "'");
+    throw std::runtime_error(what + "of model '" + saved.model_name + "' but the config trains '" +
+                             config_.model.name + "'" + fix);
   if (saved.label_names != index_.label_names)
-    throw std::runtime_error("--resume " + path + ": the checkpoint's label columns differ from the data's");
+    throw std::runtime_error(what + "with other label columns than the data's" + fix);
   reader.restore(*model_, optimizer_.get());
   set_memory_format(*model_, inference_options_.channels_last);
   meta_.epoch = saved.epoch;
   meta_.step = saved.step;
   meta_.best_metric = saved.best_metric;
+  meta_.epochs_since_best = saved.epochs_since_best;
   meta_.loss_scale = saved.loss_scale;
   meta_.loss_scale_growth = saved.loss_scale_growth;
-  if (saved.world_size != collectives_.world_size())
+  const int world = collectives_.world_size();
+  if (saved.world_size != world)
     log_.warn("resuming a checkpoint written by " + std::to_string(saved.world_size) + " processes with " +
-              std::to_string(collectives_.world_size()) +
-              ": the data order of later epochs differs from the original run");
+              std::to_string(world) + ": the data order of later epochs differs from the original run");
   if (saved.epoch_batches_done > 0) {
-    if (saved.world_size == collectives_.world_size() && saved.batch_size == config_.train.batch_size)
+    if (saved.world_size == world && saved.batch_size == config_.train.batch_size) {
       skip_batches_ = saved.epoch_batches_done;
-    else
+      if (saved.rng_states.defined() && saved.rng_states.size(0) == world)
+        resume_rng_ = saved.rng_states[collectives_.rank()].clone();
+    } else {
       log_.warn("the checkpoint was saved mid-epoch by a run of another shape; epoch " +
                 std::to_string(saved.epoch + 1) + " restarts from its beginning");
+    }
   }
-  if (collectives_.is_main()) truncate_metrics(out_dir_ + "/metrics.jsonl", meta_.epoch);
   log_.info("resumed from " + path + " at epoch " + std::to_string(meta_.epoch) + ", step " +
-            std::to_string(meta_.step) + (skip_batches_ ? ", batch " + std::to_string(skip_batches_) : ""));
+            std::to_string(meta_.step) + (skip_batches_ ? ", batch " + std::to_string(skip_batches_) : "") +
+            (automatic ? " (train.resume: auto)" : ""));
+}
+
+void Trainer::start_metrics() {
+  if (!collectives_.is_main()) return;
+  const std::string path = out_dir_ + "/metrics.jsonl";
+  truncate_metrics(path, meta_.epoch);  // the epochs after the checkpoint are trained again
+  writers_.add(make_jsonl_writer(path));
 }
 
 void Trainer::plan_epochs() {
@@ -343,22 +426,45 @@ std::vector<int64_t> Trainer::epoch_rows(int64_t epoch) {
 
 TrainSummary Trainer::fit() {
   summary_.best_auc = meta_.best_metric;
+  summary_.epochs = meta_.epoch;
+  if (meta_.epoch >= config_.train.epochs) {
+    summary_.already_finished = true;
+    log_.info("nothing to train: the run in " + out_dir_ + " has finished its " +
+              std::to_string(meta_.epoch) + " epochs (raise train.epochs to train on, or set " +
+              "train.resume=never to start over)");
+    return summary_;
+  }
   for (int64_t epoch = meta_.epoch; epoch < config_.train.epochs; ++epoch) {
     const auto start = Clock::now();
     const std::optional<EpochTotals> totals = train_epoch(epoch);
     if (!totals) return summary_;  // stopped mid-epoch; last.pt saved
     if (finish_epoch(epoch, *totals, start)) break;
+    if (epoch + 1 == config_.train.epochs) break;
+    // A stop asked for during validation or the checkpoint write: the epoch is saved, stop here.
+    if (!summary_.stopped_by_signal) summary_.stopped_by_signal = poll_->signal_between_epochs();
     if (summary_.stopped_by_signal) {
       log_.warn("stopped after epoch " + std::to_string(epoch + 1) + "; saved " + ckpt_dir_ +
-                "/last.pt (resume with --resume)");
+                "/last.pt (run the same command again to continue)");
       return summary_;
     }
   }
   return summary_;
 }
 
+void Trainer::seed_epoch(int64_t epoch) {
+  // Each rank its own stream (rank 0 keeps the single-process one), new every epoch.
+  const uint64_t seed = static_cast<uint64_t>(config_.seed) * 1000003ULL + static_cast<uint64_t>(epoch) +
+                        static_cast<uint64_t>(collectives_.rank()) * 0x9E3779B97F4A7C15ULL;
+  torch::manual_seed(seed);
+  if (!resume_rng_.defined()) return;
+  at::Generator gen = at::globalContext().defaultGenerator(options_.device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(resume_rng_);
+  resume_rng_ = torch::Tensor();
+}
+
 std::optional<Trainer::EpochTotals> Trainer::train_epoch(int64_t epoch) {
-  torch::manual_seed(static_cast<uint64_t>(config_.seed) * 1000003ULL + static_cast<uint64_t>(epoch));
+  seed_epoch(epoch);
   const int64_t done_before = skip_batches_;
   BatchLoader loader(index_, epoch_rows(epoch), ImageTransform(train_transform(config_)), epoch,
                      loader_options_);
@@ -370,15 +476,16 @@ std::optional<Trainer::EpochTotals> Trainer::train_epoch(int64_t epoch) {
   model_->train();
   optimizer_->zero_grad();
   for (int64_t i = 0;; ++i) {
-    bool stop = false;
+    bool stepped = false;
     {  // the step: nothing in here waits for the device (checked by tests with forbid_device_sync)
       std::optional<cuda::SyncDebugErrorGuard> no_sync;
       if (options_.forbid_device_sync) no_sync.emplace();
       std::optional<DeviceBatch> batch = batches.next();
       if (!batch) break;
-      stop = train_batch(*batch, i, n, progress);
+      stepped = train_batch(*batch, i, n, progress);
     }
-    if (stop && i + 1 < n) {  // mid-epoch: save where we are (at the epoch's end: finish the epoch first)
+    if (stepped && after_step(epoch, i + 1 == n) && i + 1 < n) {
+      // mid-epoch: save where we are (at the epoch's end: finish the epoch first)
       stop_mid_epoch(epoch, done_before + i + 1, done_before + n);
       return std::nullopt;
     }
@@ -389,26 +496,61 @@ std::optional<Trainer::EpochTotals> Trainer::train_epoch(int64_t epoch) {
 
 bool Trainer::train_batch(const DeviceBatch& batch, int64_t i, int64_t n, Progress& progress) {
   const bool sync = step_->ends_window(i, n);
-  progress.add(step_->forward_backward(batch.images, batch.labels, sync), batch.size(), batch.skipped);
+  const torch::Tensor loss = step_->forward_backward(batch.images, batch.labels, sync);
+  watch_->add(loss);
+  progress.add(loss, batch.size(), batch.skipped);
   if (!sync) return false;
   lr_ = scheduled_lr(meta_.step, total_steps_, warmup_steps_, config_.optim.lr, config_.optim.min_lr_ratio);
   step_->optimizer_step(lr_);
   ++meta_.step;
-  if (summary_.stopped_by_signal || !stop_->requested(meta_.step, i + 1 == n)) return false;
-  summary_.stopped_by_signal = stop_->signal();
   return true;
+}
+
+bool Trainer::after_step(int64_t epoch, bool epoch_end) {
+  if (summary_.stopped_by_signal) return false;  // already stopping at this epoch's end
+  const Poll::Result r = poll_->after_step(meta_.step, epoch_end, *watch_);
+  if (r.diverged) throw std::runtime_error(divergence_message(epoch));
+  summary_.stopped_by_signal = r.signal;
+  return r.signal != 0;
+}
+
+std::string Trainer::divergence_message(int64_t epoch) const {
+  std::ostringstream m;
+  m << "training diverged: the loss became NaN or infinite in epoch " << epoch + 1 << " by optimizer step "
+    << meta_.step << " (lr " << std::setprecision(3) << lr_ << "); nothing was saved since ";
+  if (meta_.epoch > 0)
+    m << "epoch " << meta_.epoch << " (" << ckpt_dir_ << "/last.pt is the last good checkpoint)";
+  else
+    m << "the start (no checkpoint yet)";
+  m << ". Try a lower optim.lr" << (config_.optim.grad_clip > 0 ? "" : ", gradient clipping (optim.grad_clip: 1.0)")
+    << (resolve_precision(config_.train.precision, options_.device) == Precision::kFp32
+            ? ""
+            : " or train.precision=fp32");
+  return m.str();
 }
 
 void Trainer::stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_batches) {
   meta_.epoch_batches_done = batches_done;
+  {  // every rank's generator state, so random ops continue where they were
+    at::Generator gen = at::globalContext().defaultGenerator(options_.device);
+    torch::Tensor state;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state = gen.get_state();
+    }
+    meta_.rng_states = collectives_.all_gather_cat(state.unsqueeze(0)).cpu();
+  }
   sync_buffers();
   if (collectives_.is_main()) save({ckpt_dir_ + "/last.pt"});
+  meta_.rng_states = torch::Tensor();
   collectives_.barrier();
   log_.warn("stopped at epoch " + std::to_string(epoch + 1) + " batch " + std::to_string(batches_done) + "/" +
-            std::to_string(epoch_batches) + "; saved " + ckpt_dir_ + "/last.pt (resume with --resume)");
+            std::to_string(epoch_batches) + "; saved " + ckpt_dir_ +
+            "/last.pt (run the same command again to continue)");
 }
 
 bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time_point start) {
+  if (options_.before_validation) options_.before_validation(epoch);
   const InferenceResult val = validate();
   EpochRecord r;
   r.epoch = epoch + 1, r.epochs = config_.train.epochs;
@@ -420,11 +562,11 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   r.epoch_seconds = seconds_since(start);
   r.improved = !std::isnan(r.auc.mean) && r.auc.mean > meta_.best_metric;
   if (r.improved) meta_.best_metric = r.auc.mean;
-  epochs_since_best_ = r.improved ? 0 : epochs_since_best_ + 1;
+  meta_.epochs_since_best = r.improved ? 0 : meta_.epochs_since_best + 1;
   // Early stopping: rank 0 decides and tells everyone, so no rank waits for the others forever.
   const int patience = config_.train.early_stop_patience;
   torch::Tensor stop_early =
-      torch::tensor({patience > 0 && epochs_since_best_ >= patience ? 1.0 : 0.0}, torch::kDouble);
+      torch::tensor({patience > 0 && meta_.epochs_since_best >= patience ? 1.0 : 0.0}, torch::kDouble);
   collectives_.broadcast(stop_early, 0);
   meta_.epoch = epoch + 1;
   meta_.epoch_batches_done = 0;
@@ -439,7 +581,8 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   if (collectives_.is_main()) save(checkpoint_paths(r.improved));
   collectives_.barrier();
   if (stop_early.item<double>() > 0 && epoch + 1 < config_.train.epochs) {
-    log_.info("early stop: no better val_auc_mean for " + std::to_string(epochs_since_best_) + " epochs");
+    log_.info("early stop: no better val_auc_mean for " + std::to_string(meta_.epochs_since_best) +
+              " epochs");
     summary_.early_stopped = true;
     return true;
   }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,22 +28,28 @@
 namespace ranzcr {
 
 struct TrainOptions {
-  std::string resume_path;  // checkpoint to resume from ("" = fresh run)
+  std::string
+      resume_path;  // checkpoint to resume from ("" = per train.resume: output.dir's last.pt or fresh)
   torch::Device device = torch::kCPU;
   /// Set (to a signal number) by a signal handler: save last.pt soon and stop. With several ranks the
-  /// flags are combined every few optimizer steps (see Trainer), so every rank stops at the same step.
+  /// flags are combined every few optimizer steps and after each epoch's validation and save (see
+  /// Trainer), so every rank stops at the same point.
   const std::atomic<int>* stop_signal = nullptr;
   /// Tests: run every training step (next batch, forward, backward, optimizer step) with CUDA's
   /// sync-debug mode set to error, so any host-device synchronisation in it throws. CUDA builds only.
   bool forbid_device_sync = false;
+  /// Tests: called on every rank right before each epoch's validation (0-based epoch), e.g. to raise a
+  /// stop signal there.
+  std::function<void(int64_t epoch)> before_validation;
 };
 
 struct TrainSummary {
   double best_auc = -1.0;
   double last_auc = -1.0;
   int64_t epochs = 0;
-  int stopped_by_signal = 0;   // non-zero: stopped early after saving last.pt
-  bool early_stopped = false;  // train.early_stop_patience reached
+  int stopped_by_signal = 0;      // non-zero: stopped early after saving last.pt
+  bool early_stopped = false;     // train.early_stop_patience reached
+  bool already_finished = false;  // train.resume found a run that had trained all its epochs
 };
 
 /// Learning rate at optimizer step `step` (0-based): linear warmup to `lr` over `warmup_steps`, then
@@ -81,7 +88,8 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// Trains the remaining epochs. Throws std::runtime_error on user errors.
+  /// Trains the remaining epochs. Throws std::runtime_error on user errors, and when the loss turns
+  /// NaN/inf (nothing is saved then: the last checkpoint stays the last good one).
   TrainSummary fit();
 
  private:
@@ -89,19 +97,30 @@ class Trainer {
     double loss_sum = 0.0, images = 0.0, skipped = 0.0, seconds = 0.0;
   };
   class Progress;
-  class StopPoll;
+  class LossWatch;
+  class Poll;
 
   void load_data();
   void build_model();
   void build_step();
-  void resume(const std::string& path);
+  /// The checkpoint to continue from: --resume, else (train.resume: auto) output.dir's last.pt when
+  /// rank 0 finds one; "" = a fresh run.
+  std::string resume_source();
+  void resume(const std::string& path, bool automatic);
+  /// Makes metrics.jsonl hold exactly the epochs done so far (none for a fresh run).
+  void start_metrics();
   void plan_epochs();
   std::vector<int64_t> epoch_rows(int64_t epoch);
+  /// Seeds this rank's random ops (dropout) for `epoch`, or restores them when resuming mid-epoch.
+  void seed_epoch(int64_t epoch);
   /// One epoch of training; nullopt when a stop request ended it early (last.pt saved).
   std::optional<EpochTotals> train_epoch(int64_t epoch);
   /// Forward/backward of batch `i` of `n`, and the optimizer step when it ends an accumulation window.
-  /// True when a stop request ends the run at this step.
+  /// True when an optimizer step was taken.
   bool train_batch(const DeviceBatch& batch, int64_t i, int64_t n, Progress& progress);
+  /// After an optimizer step: true when a stop request ends the run here. Throws on a diverged loss.
+  bool after_step(int64_t epoch, bool epoch_end);
+  std::string divergence_message(int64_t epoch) const;
   void stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_batches);
   /// Validates, records the epoch and saves its checkpoints; true when early stopping ends the run.
   bool finish_epoch(int64_t epoch, const EpochTotals& totals, std::chrono::steady_clock::time_point start);
@@ -122,7 +141,8 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<TrainStep> step_;
-  std::unique_ptr<StopPoll> stop_;
+  std::unique_ptr<LossWatch> watch_;
+  std::unique_ptr<Poll> poll_;
   MetricsWriters writers_;
   CheckpointMeta meta_;
 
@@ -132,7 +152,7 @@ class Trainer {
   InferenceOptions inference_options_;
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, warmup_steps_ = 0;
   int64_t skip_batches_ = 0;  // of the next epoch, when resuming a run stopped mid-epoch
-  int64_t epochs_since_best_ = 0;
+  torch::Tensor resume_rng_;  // this rank's generator state for that epoch (mid-epoch resume)
   double lr_ = 0.0;
   TrainSummary summary_;
 };

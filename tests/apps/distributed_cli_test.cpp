@@ -13,77 +13,17 @@
 #include "distributed/launcher.h"
 #include "engine/checkpoint.h"
 #include "models/registry.h"
+#include "tests/process_util.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
 namespace {
 
+using test::processes_mentioning;
+using test::spawn;
+using test::wait_exit;
+using test::wait_for_file;
 using Clock = std::chrono::steady_clock;
-
-// Starts the ranzcr binary with `args` and extra environment, output to `log`; returns its pid.
-pid_t spawn(const std::vector<std::string>& args, const EnvMap& extra, const std::string& log) {
-  std::vector<std::string> argv_s{RANZCR_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  EnvMap env = current_environment();
-  for (const auto& kv : extra) env[kv.first] = kv.second;
-  std::vector<std::string> env_s;
-  for (const auto& kv : env) env_s.push_back(kv.first + "=" + kv.second);
-  std::vector<char*> argv, envp;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  for (auto& e : env_s) envp.push_back(e.data());
-  argv.push_back(nullptr);
-  envp.push_back(nullptr);
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(fd);
-  return pid;
-}
-
-// Exit status (128 + signal when killed), or -1 after `timeout` seconds (the process is then killed).
-int wait_exit(pid_t pid, double timeout) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
-  int status = 0;
-  while (Clock::now() < deadline) {
-    if (::waitpid(pid, &status, WNOHANG) == pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, &status, 0);
-  return -1;
-}
-
-// Live processes (not zombies) whose command line mentions `marker`.
-std::vector<pid_t> processes_mentioning(const std::string& marker) {
-  std::vector<pid_t> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = test::read_file(e.path() / "cmdline");
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    const std::string stat = test::read_file(e.path() / "stat");
-    const size_t close = stat.rfind(')');
-    const bool zombie = close != std::string::npos && stat.size() > close + 2 && stat[close + 2] == 'Z';
-    if (cmd.find(marker) != std::string::npos && !zombie && std::stoi(name) != ::getpid())
-      out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
-bool wait_for_file(const std::string& path, double timeout) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
-  while (Clock::now() < deadline) {
-    if (std::filesystem::exists(path)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
 
 class DistributedCliTest : public ::testing::Test {
  protected:
@@ -212,6 +152,7 @@ TEST_F(DistributedCliTest, RunsAsAWorkerUnderTorchrunAndSlurm) {
                            {"SLURM_STEP_TASKS_PER_NODE", "2"},
                            {"SLURM_JOB_NODELIST", "localhost"},
                            {"SLURM_JOB_ID", "42"},
+                           {"SLURM_STEP_ID", "0"},
                            {"MASTER_PORT", slurm_port}},
                           run_dir("slurm") + std::to_string(r) + ".log"));
   for (int r = 0; r < 2; ++r)

@@ -11,6 +11,8 @@
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
 #include "engine/inference.h"
+#include "engine/train_step.h"
+#include "models/registry.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -120,6 +122,33 @@ TEST(DistributedWorker, DISABLED_FailFast) {
   }
 }
 
+// data.skip_bad_images with every image of a batch unreadable on rank 1: its batch is empty. It must
+// still take part in the step's collectives (the BatchNorm buffer broadcast, the gradient buckets), or
+// the ranks' collectives stop pairing up. Afterwards both ranks still agree and still communicate.
+TEST(DistributedWorker, DISABLED_EmptyBatchOnOneRank) {
+  const auto world = worker_from_env(current_environment(), false);
+  ProcessGroupOptions po;
+  po.timeout = std::chrono::seconds(10);  // a mismatch fails within seconds instead of hanging
+  auto coll = init_process_group(*world, po);
+  torch::manual_seed(1);
+  auto model = create_model("tiny_cnn", ModelSpec{});  // has BatchNorm: buffers are broadcast
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  DistributedDataParallel ddp(*model, *coll, DdpOptions{});
+  TrainStep step(*model, opt, ddp, torch::kCPU, StepOptions{});
+  model->train();
+  for (int s = 0; s < 3; ++s) {
+    const int64_t n = coll->rank() == 1 && s == 1 ? 0 : 4;
+    step.forward_backward(torch::rand({n, 1, 32, 32}), (torch::rand({n, 11}) > 0.5).to(torch::kFloat), true);
+    step.optimizer_step(0.1);
+  }
+  torch::Tensor check = torch::tensor({coll->rank() + 1.0});
+  coll->all_reduce_sum(check);
+  std::vector<torch::Tensor> state = model->parameters();  // (buffers differ: each rank's last batch)
+  state.push_back(check);
+  torch::save(state, worker_dir() + "/state_" + std::to_string(coll->rank()) + ".pt");
+  coll->shutdown();
+}
+
 std::vector<torch::Tensor> load_tensors(const std::string& path) {
   std::vector<torch::Tensor> v;
   torch::load(v, path);
@@ -169,6 +198,16 @@ TEST(Distributed, ShardedEvaluationEqualsSingleProcess) {
     EXPECT_TRUE(torch::equal(got[1], single.labels)) << "rank " << r;
     EXPECT_LE((got[0] - single.logits).abs().max().item<double>(), 1e-6) << "rank " << r;
   }
+}
+
+TEST(Distributed, AnEmptyBatchOnOneRankKeepsTheCollectivesPaired) {
+  test::TempDir dir;
+  ASSERT_EQ(run_test_workers("EmptyBatchOnOneRank", 2, dir.str()), 0);
+  const auto s0 = load_tensors(dir / "state_0.pt"), s1 = load_tensors(dir / "state_1.pt");
+  ASSERT_EQ(s0.size(), s1.size());
+  EXPECT_EQ(s0.back().item<double>(), 3.0);  // the all-reduce after the steps pairs up
+  for (size_t i = 0; i + 1 < s0.size(); ++i)
+    EXPECT_TRUE(torch::equal(s0[i], s1[i])) << "ranks differ in parameter " << i;
 }
 
 TEST(Distributed, LauncherFailsFastAndLeavesNoProcess) {

@@ -1,5 +1,7 @@
 #include "distributed/world.h"
 
+#include <sched.h>
+
 #include <gtest/gtest.h>
 
 namespace ranzcr {
@@ -42,6 +44,8 @@ TEST(World, Slurm) {
                 {"SLURM_NODEID", "2"},
                 {"SLURM_STEP_TASKS_PER_NODE", "2(x4)"},
                 {"SLURM_JOB_NODELIST", "gpu[07-10],cpu1"},
+                {"SLURM_STEP_NODELIST", "gpu[08-10],cpu1"},  // the step's nodes, not the allocation's
+                {"SLURM_STEP_ID", "3"},
                 {"SLURM_JOB_ID", "123456"}};
   const auto w = worker_from_env(env, false);
   ASSERT_TRUE(w);
@@ -51,15 +55,50 @@ TEST(World, Slurm) {
   EXPECT_EQ(w->local_rank, 1);
   EXPECT_EQ(w->local_world_size, 2);
   EXPECT_EQ(w->node_rank, 2);
-  EXPECT_EQ(w->master_addr, "gpu07");
-  EXPECT_EQ(w->master_port, 20000 + 123456 % 20000);
+  EXPECT_EQ(w->master_addr, "gpu08");
+  EXPECT_EQ(w->master_port, slurm_port(123456, 3));
   EXPECT_FALSE(w->external_store);
   // One task per node that launches its own workers: the tasks are nodes, not workers.
   EXPECT_FALSE(worker_from_env(env, true).has_value());
   const NodePlan plan = node_plan_from_env(env, true);
   EXPECT_EQ(plan.nnodes, 8);
   EXPECT_EQ(plan.node_rank, 5);
-  EXPECT_EQ(plan.master_addr, "gpu07");
+  EXPECT_EQ(plan.master_addr, "gpu08");
+  EXPECT_EQ(plan.master_port, slurm_port(123456, 3));
+}
+
+// Two steps of one allocation running at once get different ports; ports stay in range.
+TEST(World, SlurmPortsDifferPerStep) {
+  EXPECT_NE(slurm_port(77, 0), slurm_port(77, 1));
+  EXPECT_NE(slurm_port(77, 0), slurm_port(78, 0));
+  for (int64_t job : {0, 1, 311, 312, 99999999})
+    for (int64_t step : {0, 1, 63, 64}) {
+      EXPECT_GE(slurm_port(job, step), 20000);
+      EXPECT_LE(slurm_port(job, step), 39999);
+    }
+}
+
+// sbatch --ntasks=2 running the binary without srun: the batch script is not a task; say so at once
+// instead of waiting for a second rank that never comes.
+TEST(World, SlurmBatchScriptWithoutSrunIsAnError) {
+  const EnvMap batch = {{"SLURM_PROCID", "0"},
+                        {"SLURM_NTASKS", "2"},
+                        {"SLURM_LOCALID", "0"},
+                        {"SLURM_JOB_ID", "15"},
+                        {"SLURM_JOB_NODELIST", "vm"}};
+  try {
+    worker_from_env(batch, false);
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("srun"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(node_plan_from_env(batch, true), std::runtime_error);
+  EnvMap single = batch;
+  single["SLURM_NTASKS"] = "1";  // a one-task batch script is fine
+  EXPECT_NO_THROW(worker_from_env(single, false));
+  EnvMap task = batch;
+  task["SLURM_STEP_ID"] = "0";
+  EXPECT_EQ(worker_from_env(task, false)->world_size, 2);
 }
 
 TEST(World, SlurmNodeLists) {
@@ -67,6 +106,9 @@ TEST(World, SlurmNodeLists) {
   EXPECT_EQ(first_slurm_host("node[01-04]"), "node01");
   EXPECT_EQ(first_slurm_host("a[3,5-7],b2"), "a3");
   EXPECT_EQ(first_slurm_host("x1,y[1-2]"), "x1");
+  EXPECT_EQ(first_slurm_host("rack[1-2]-node[01-02]"), "rack1-node01");
+  EXPECT_EQ(first_slurm_host("rack[3,5]-node[07-09],login1"), "rack3-node07");
+  EXPECT_EQ(first_slurm_host("gpu-a100-[005-008]"), "gpu-a100-005");
 }
 
 TEST(World, PlainEnvAndKubernetes) {
@@ -113,6 +155,45 @@ TEST(World, MalformedVariablesAreErrors) {
   EXPECT_THROW(node_plan_from_env({{"NNODES", "2"}, {"NODE_RANK", "2"}, {"MASTER_PORT", "1"}}, false),
                std::runtime_error);
   EXPECT_THROW(node_plan_from_env({{"NNODES", "2"}, {"NODE_RANK", "0"}}, false), std::runtime_error);
+  // Several nodes without MASTER_ADDR: an error now, not a 127.0.0.1 rendezvous that times out later.
+  try {
+    node_plan_from_env({{"NNODES", "2"}, {"NODE_RANK", "1"}, {"MASTER_PORT", "29500"}}, false);
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR"), std::string::npos) << e.what();
+  }
+}
+
+// Our launcher hosts the store: its workers join as clients.
+TEST(World, SelfLaunchedWorkersUseTheLaunchersStore) {
+  EnvMap env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "41000"}, {"RANZCR_LAUNCHER", "self"}};
+  EXPECT_FALSE(worker_from_env(env, false)->external_store);
+  env["RANZCR_STORE_HOSTED"] = "1";
+  EXPECT_TRUE(worker_from_env(env, false)->external_store);
+}
+
+TEST(World, UsableCpus) {
+  EXPECT_EQ(cpus_from_cgroup_max("max 100000"), 0);
+  EXPECT_EQ(cpus_from_cgroup_max("200000 100000"), 2);
+  EXPECT_EQ(cpus_from_cgroup_max("150000 100000\n"), 2);  // 1.5 CPUs: two threads
+  EXPECT_EQ(cpus_from_cgroup_max("50000 100000"), 1);
+  EXPECT_EQ(cpus_from_cgroup_max(""), 0);
+  const int all = usable_cpus({});
+  EXPECT_GE(all, 1);
+  EXPECT_EQ(usable_cpus({{"SLURM_JOB_ID", "1"}, {"SLURM_CPUS_PER_TASK", "1"}}), 1);
+  // Pinned to one CPU (taskset, Slurm's task/affinity): one.
+  cpu_set_t old_set, one;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof old_set, &old_set), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &old_set)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  const int pinned = usable_cpus({});
+  ::sched_setaffinity(0, sizeof old_set, &old_set);
+  EXPECT_EQ(pinned, 1);
 }
 
 TEST(World, GpuForLocalRank) {

@@ -28,6 +28,8 @@ TEST(Checkpoint, RoundTripRestoresOutputsAndOptimizerState) {
   meta.config_yaml = "seed: 1\n";
   meta.model_name = "tiny_cnn";
   meta.label_names = {"A - x", "B, y"};
+  meta.epochs_since_best = 2;
+  meta.rng_states = torch::randint(0, 255, {2, 16}, torch::kUInt8);
   save_checkpoint(dir / "c.pt", meta, *a, &opt_a);
   for (const auto& e : std::filesystem::directory_iterator(dir.str()))
     EXPECT_EQ(e.path().filename(), "c.pt");  // no temporary file left behind
@@ -41,6 +43,9 @@ TEST(Checkpoint, RoundTripRestoresOutputsAndOptimizerState) {
   EXPECT_DOUBLE_EQ(got.best_metric, 0.91);
   EXPECT_EQ(got.config_yaml, "seed: 1\n");
   EXPECT_EQ(got.label_names, meta.label_names);
+  EXPECT_EQ(got.epochs_since_best, 2);
+  ASSERT_TRUE(got.rng_states.defined());
+  EXPECT_TRUE(torch::equal(got.rng_states, meta.rng_states));
   a->eval();
   b->eval();
   EXPECT_TRUE(torch::equal(a->forward(x), b->forward(x)));
@@ -51,6 +56,21 @@ TEST(Checkpoint, RoundTripRestoresOutputsAndOptimizerState) {
   train_step(*b, opt_b, x);
   const auto pa = a->parameters(), pb = b->parameters();
   for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << "parameter " << i;
+}
+
+// metrics.jsonl lines: appended whole, and a failed append is an error naming the file.
+TEST(Checkpoint, AppendLineIsCheckedAndLeavesNoHalfLine) {
+  test::TempDir dir;
+  append_line(dir / "m.jsonl", "{\"epoch\":1}");
+  append_line(dir / "m.jsonl", "{\"epoch\":2}");
+  EXPECT_EQ(test::read_file(dir / "m.jsonl"), "{\"epoch\":1}\n{\"epoch\":2}\n");
+  try {
+    append_line("/dev/full", "{\"epoch\":3}");
+    ADD_FAILURE() << "a write to a full device succeeded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/full"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(append_line(dir / "no/such/folder/m.jsonl", "x"), std::runtime_error);
 }
 
 TEST(Checkpoint, NotACheckpointIsAClearError) {

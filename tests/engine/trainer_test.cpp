@@ -3,6 +3,9 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <csignal>
+
 #include "engine/checkpoint.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
@@ -87,6 +90,139 @@ TEST_F(TrainerTest, EarlyStoppingEndsTheRun) {
   for (size_t i = 0; i + 1 < m.size(); ++i)
     best_before = std::max(best_before, m[i]["val_auc_mean"].get<double>());
   EXPECT_LE(m.back()["val_auc_mean"].get<double>(), best_before);  // the last epoch did not improve
+}
+
+// Weights and buffers of two checkpoints are identical.
+void expect_same_weights(const std::string& a_path, const std::string& b_path, ModelSpec spec = {}) {
+  auto a = create_model("tiny_cnn", spec), b = create_model("tiny_cnn", spec);
+  load_checkpoint(a_path, *a, nullptr);
+  load_checkpoint(b_path, *b, nullptr);
+  const auto pb = b->named_parameters();
+  for (const auto& kv : a->named_parameters())
+    EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
+}
+
+// A stop asked for before the first step ends the run right after it, mid-epoch, with last.pt saved;
+// resuming from it equals the uninterrupted run, also with dropout (each rank's generator is saved).
+TEST_F(TrainerTest, MidEpochStopAndResumeEqualTheUninterruptedRunWithDropout) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string full = *dir_ / "drop_full", cut = *dir_ / "drop_cut";
+  Config c = config(full, 2);
+  c.model.dropout = 0.5;
+  train(c, *coll, log, TrainOptions{});
+
+  Config r = config(cut, 2);
+  r.model.dropout = 0.5;
+  std::atomic<int> stop{SIGTERM};
+  TrainOptions stopping;
+  stopping.stop_signal = &stop;
+  const TrainSummary s = train(r, *coll, log, stopping);
+  EXPECT_EQ(s.stopped_by_signal, SIGTERM);
+  const CheckpointMeta meta = read_checkpoint_meta(cut + "/checkpoints/last.pt");
+  EXPECT_EQ(meta.epoch, 0);
+  EXPECT_EQ(meta.epoch_batches_done, 1);
+  ASSERT_TRUE(meta.rng_states.defined());
+  EXPECT_EQ(meta.rng_states.size(0), 1);
+  EXPECT_TRUE(test::read_metrics(cut).empty());
+
+  const TrainSummary done = train(r, *coll, log, TrainOptions{});  // train.resume: auto
+  EXPECT_EQ(done.epochs, 2);
+  ModelSpec spec;
+  spec.dropout = 0.5;
+  expect_same_weights(full + "/checkpoints/last.pt", cut + "/checkpoints/last.pt", spec);
+  const auto m = test::read_metrics(cut);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0]["epoch"], 1);
+  EXPECT_EQ(m[1]["epoch"], 2);
+  EXPECT_DOUBLE_EQ(test::read_metrics(full)[1]["val_auc_mean"].get<double>(),
+                   m[1]["val_auc_mean"].get<double>());
+}
+
+// A stop that arrives during validation (or the checkpoint write after it) is honoured right after the
+// epoch's save, not one epoch later, and nothing of the epoch is lost.
+TEST_F(TrainerTest, StopDuringValidationEndsTheRunAfterTheEpochsSave) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string out = *dir_ / "stop_in_validation";
+  std::atomic<int> stop{0};
+  TrainOptions o;
+  o.stop_signal = &stop;
+  o.before_validation = [&](int64_t epoch) {
+    if (epoch == 1) stop = SIGTERM;
+  };
+  const TrainSummary s = train(config(out, 5), *coll, log, o);
+  EXPECT_EQ(s.stopped_by_signal, SIGTERM);
+  EXPECT_EQ(s.epochs, 2);
+  const auto m = test::read_metrics(out);
+  ASSERT_EQ(m.size(), 2u);
+  const CheckpointMeta meta = read_checkpoint_meta(out + "/checkpoints/last.pt");
+  EXPECT_EQ(meta.epoch, 2);
+  EXPECT_EQ(meta.epoch_batches_done, 0);
+}
+
+// train.resume: auto (the default) continues the run folder's last.pt; metrics.jsonl never repeats an
+// epoch; a finished run is left as it is; `never` starts over; another model's run folder is an error.
+TEST_F(TrainerTest, AutoResumeContinuesTheRunFolder) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string out = *dir_ / "auto";
+  train(config(out, 1), *coll, log, TrainOptions{});
+  const TrainSummary more = train(config(out, 3), *coll, log, TrainOptions{});
+  EXPECT_EQ(more.epochs, 3);
+  auto epochs = [&] {
+    std::vector<int64_t> e;
+    for (const auto& m : test::read_metrics(out)) e.push_back(m["epoch"].get<int64_t>());
+    return e;
+  };
+  EXPECT_EQ(epochs(), (std::vector<int64_t>{1, 2, 3}));
+  const std::string before = test::read_file(out + "/checkpoints/last.pt");
+  const TrainSummary again = train(config(out, 3), *coll, log, TrainOptions{});
+  EXPECT_TRUE(again.already_finished);
+  EXPECT_EQ(test::read_file(out + "/checkpoints/last.pt"), before);
+  EXPECT_EQ(epochs(), (std::vector<int64_t>{1, 2, 3}));
+
+  Config other = config(out, 3);
+  other.model.name = "resnet18";
+  try {
+    train(other, *coll, log, TrainOptions{});
+    ADD_FAILURE() << "another model's run folder was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.resume=never"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(test::read_file(out + "/checkpoints/last.pt"), before);
+
+  Config fresh = config(out, 1);
+  fresh.train.resume = "never";
+  train(fresh, *coll, log, TrainOptions{});
+  EXPECT_EQ(epochs(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(read_checkpoint_meta(out + "/checkpoints/last.pt").epoch, 1);
+}
+
+// The early-stopping counter survives a resume: stopping happens at the same epoch.
+TEST_F(TrainerTest, EarlyStopCounterIsSaved) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  Config c = config(*dir_ / "es_full", 30);
+  c.train.early_stop_patience = 2;
+  c.optim.lr = 1e-9;
+  const TrainSummary full = train(c, *coll, log, TrainOptions{});
+  ASSERT_TRUE(full.early_stopped);
+  ASSERT_GE(full.epochs, 3);
+  // The same run, stopped after the epoch before the one that early-stopped, then resumed.
+  Config cut = c;
+  cut.output.dir = *dir_ / "es_cut";
+  std::atomic<int> stop{0};
+  TrainOptions o;
+  o.stop_signal = &stop;
+  o.before_validation = [&](int64_t epoch) {
+    if (epoch + 2 == full.epochs) stop = SIGTERM;
+  };
+  ASSERT_EQ(train(cut, *coll, log, o).epochs, full.epochs - 1);
+  EXPECT_GT(read_checkpoint_meta(cut.output.dir + "/checkpoints/last.pt").epochs_since_best, 0);
+  const TrainSummary resumed = train(cut, *coll, log, TrainOptions{});
+  EXPECT_TRUE(resumed.early_stopped);
+  EXPECT_EQ(resumed.epochs, full.epochs);
 }
 
 TEST(Schedule, WarmupThenCosine) {
