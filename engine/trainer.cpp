@@ -522,7 +522,8 @@ std::string Trainer::divergence_message(int64_t epoch) const {
     m << "epoch " << meta_.epoch << " (" << ckpt_dir_ << "/last.pt is the last good checkpoint)";
   else
     m << "the start (no checkpoint yet)";
-  m << ". Try a lower optim.lr" << (config_.optim.grad_clip > 0 ? "" : ", gradient clipping (optim.grad_clip: 1.0)")
+  m << ". Try a lower optim.lr"
+    << (config_.optim.grad_clip > 0 ? "" : ", gradient clipping (optim.grad_clip: 1.0)")
     << (resolve_precision(config_.train.precision, options_.device) == Precision::kFp32
             ? ""
             : " or train.precision=fp32");
