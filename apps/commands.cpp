@@ -209,7 +209,8 @@ int run_worker(const Config& config, const WorldInfo& world, const JobBody& body
            (pgo.init_method == "env://"
                 ? "env://" + world.master_addr + ":" + std::to_string(world.master_port)
                 : pgo.init_method) +
-           ", launcher " + world.launcher);
+           ", launcher " + world.launcher +
+           (collectives->transport().empty() ? "" : ", " + collectives->transport()));
   if (world.local_rank == 0) ensure_dataset(config, log);  // one copy per node
   collectives->barrier();
   install_stop_handlers();

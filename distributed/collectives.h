@@ -34,6 +34,9 @@ class Collectives {
   virtual std::unique_ptr<Pending> all_reduce_sum_async(torch::Tensor& tensor);
   /// Backend name ("local", "gloo", "nccl").
   virtual std::string backend() const { return "local"; }
+  /// How this rank reaches its peers, for the start-up line: "gloo address 10.0.0.2 (route to master)";
+  /// empty when there is nothing to say (one process, NCCL).
+  virtual std::string transport() const { return ""; }
   /// Ends the job's communication cleanly (every rank calls it once at exit).
   virtual void shutdown() {}
 };

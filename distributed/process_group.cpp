@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "distributed/net_address.h"
+
 namespace ranzcr {
 
 // Defined in nccl_backend.cpp (a stub that throws when LibTorch has no NCCL).
@@ -27,27 +29,25 @@ std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
 class ProcessGroupCollectives final : public Collectives {
  public:
   ProcessGroupCollectives(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend,
                           int rank, int world, std::string name, std::chrono::milliseconds timeout,
-                          torch::Device device)
+                          torch::Device device, std::string transport)
       : store_(std::move(store)),
         backend_(std::move(backend)),
         rank_(rank),
         world_(world),
         name_(std::move(name)),
         timeout_(timeout),
-        device_(device) {}
+        device_(device),
+        transport_(std::move(transport)) {}
   ~ProcessGroupCollectives() override = default;
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string backend() const override { return name_; }
+  std::string transport() const override { return transport_; }
 
   void all_reduce_sum(torch::Tensor& tensor) override { all_reduce_sum_async(tensor)->wait(); }
 
@@ -129,34 +129,51 @@ class ProcessGroupCollectives final : public Collectives {
   std::string name_;
   std::chrono::milliseconds timeout_;
   torch::Device device_;
+  std::string transport_;
   bool shut_down_ = false;
 };
 
-c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGroupOptions& o,
-                                           std::string* where) {
-  const std::string& init = o.init_method;
+// Where the ranks meet: a file (file://) or the master's host and port (env://, tcp://).
+struct Rendezvous {
+  std::string file;  // set for file://
+  std::string host;
+  int port = 0;
+};
+
+Rendezvous parse_rendezvous(const WorldInfo& w, const std::string& init) {
+  Rendezvous r;
   if (init.rfind("file://", 0) == 0) {
-    const std::string path = init.substr(7);
-    *where = "file store " + path;
-    try {
-      return c10::make_intrusive<c10d::FileStore>(path, w.world_size);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("cannot open the rendezvous file " + path + ": " + first_line(e.what()));
-    }
+    r.file = init.substr(7);
+    return r;
   }
-  std::string host = w.master_addr;
-  int port = w.master_port;
+  r.host = w.master_addr;
+  r.port = w.master_port;
   if (init.rfind("tcp://", 0) == 0) {
     const std::string hp = init.substr(6);
     const size_t colon = hp.rfind(':');
     if (colon == std::string::npos)
       throw std::runtime_error("distributed.init_method " + init + ": expected tcp://host:port");
-    host = hp.substr(0, colon);
-    port = std::stoi(hp.substr(colon + 1));
+    r.host = hp.substr(0, colon);
+    r.port = std::stoi(hp.substr(colon + 1));
   } else if (init != "env://" && init != "env") {
     throw std::runtime_error("distributed.init_method '" + init +
                              "': expected env://, tcp://host:port or file:///path");
   }
+  return r;
+}
+
+c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGroupOptions& o,
+                                           const Rendezvous& r, std::string* where) {
+  if (!r.file.empty()) {
+    *where = "file store " + r.file;
+    try {
+      return c10::make_intrusive<c10d::FileStore>(r.file, w.world_size);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot open the rendezvous file " + r.file + ": " + first_line(e.what()));
+    }
+  }
+  const std::string& host = r.host;
+  const int port = r.port;
   *where = host + ":" + std::to_string(port);
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(port);
@@ -187,8 +204,14 @@ std::string resolve_backend(const std::string& configured, const torch::Device& 
 }
 
 std::shared_ptr<Collectives> init_process_group(const WorldInfo& w, const ProcessGroupOptions& o) {
+  const Rendezvous rendezvous = parse_rendezvous(w, o.init_method);
+  // Chosen before the rendezvous, so that an unresolvable master fails at once on every rank.
+  GlooBinding gloo;
+  if (o.backend == "gloo")
+    gloo = choose_gloo_binding(w.gloo_interface, rendezvous.host, rendezvous.port, !rendezvous.file.empty(),
+                               w.local_world_size >= w.world_size);
   std::string where;
-  c10::intrusive_ptr<c10d::Store> store = make_store(w, o, &where);
+  c10::intrusive_ptr<c10d::Store> store = make_store(w, o, rendezvous, &where);
   // Count arrivals, so a peer that never comes is named, not a silent hang.
   const auto deadline = Clock::now() + o.timeout;
   int64_t joined = 0;
@@ -212,24 +235,25 @@ std::shared_ptr<Collectives> init_process_group(const WorldInfo& w, const Proces
       backend = make_nccl_backend(prefixed, w.rank, w.world_size, o.timeout, o.device);
     } else if (o.backend == "gloo") {
       auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
-      const bool local = is_loopback(w.master_addr) || where.rfind("file store", 0) == 0;
-      if (!w.gloo_interface.empty())
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(w.gloo_interface));
-      else if (local)
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      else
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      opts->devices.push_back(gloo.interface.empty()
+                                  ? c10d::ProcessGroupGloo::createDeviceForHostname(gloo.address)
+                                  : c10d::ProcessGroupGloo::createDeviceForInterface(gloo.interface));
       backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, w.rank, w.world_size, opts);
     } else {
       throw std::runtime_error("distributed.backend '" + o.backend + "': expected auto, gloo or nccl");
     }
   } catch (const c10::Error& e) {
-    throw std::runtime_error("cannot create the " + o.backend +
-                             " process group: " + first_line(e.what_without_backtrace()));
+    // Name the address this rank offered: a wrong one is the usual cause of a failed Gloo mesh.
+    const std::string mine = gloo.address.empty()
+                                 ? ""
+                                 : " (this rank's " + gloo.describe() + "; GLOO_SOCKET_IFNAME picks another)";
+    throw std::runtime_error("cannot create the " + o.backend + " process group" + mine + ": " +
+                             first_line(e.what_without_backtrace()));
   }
   return std::make_shared<ProcessGroupCollectives>(
       store, backend, w.rank, w.world_size, o.backend, o.timeout,
-      o.backend == "nccl" ? o.device : torch::Device(torch::kCPU));
+      o.backend == "nccl" ? o.device : torch::Device(torch::kCPU),
+      gloo.address.empty() ? "" : gloo.describe());
 }
 
 }  // namespace ranzcr
