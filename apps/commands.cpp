@@ -247,6 +247,8 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   lo.nproc = nproc_here;
   lo.node = plan;
   lo.grace_seconds = config.distributed.grace_seconds;
+  const std::string& init = config.distributed.init_method;
+  lo.host_store = init == "env://" || init == "env";
   log.info("launching " + std::to_string(nproc_here) + " workers on node " + std::to_string(plan.node_rank) +
            " of " + std::to_string(plan.nnodes) + " (" + plan.source + ")");
   return launch_workers(lo);

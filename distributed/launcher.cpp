@@ -178,17 +178,25 @@ pid_t spawn_worker(const LaunchOptions& o, ExecArgs& argv, ExecArgs& envp, int* 
 }
 
 // After a stop signal: what became of the workers, in one line.
+// A worker that saved and stopped exits 0 or 128 + SIGINT/SIGTERM/SIGHUP.
 std::string stop_outcome(int sig, const std::vector<Worker>& workers, double grace) {
-  std::string killed;
-  for (const auto& w : workers)
+  std::string killed, failed;
+  for (const auto& w : workers) {
+    const int code = exit_code(w.status);
     if (WIFSIGNALED(w.status) && WTERMSIG(w.status) == SIGKILL)
       killed += (killed.empty() ? "" : ", ") + std::to_string(w.rank);
+    else if (code != 0 && code != 128 + SIGINT && code != 128 + SIGTERM && code != 128 + SIGHUP)
+      failed += (failed.empty() ? "rank " : ", rank ") + std::to_string(w.rank) + " " + describe(w.status);
+  }
   std::string line = std::string("interrupted by ") + strsignal(sig);
-  if (killed.empty()) return line + "; the workers saved and stopped";
+  if (killed.empty() && failed.empty()) return line + "; the workers saved and stopped";
   std::ostringstream g;
   g << grace;
-  return line + "; rank(s) " + killed + " did not stop within distributed.grace_seconds (" + g.str() +
-         " s) and were killed: their last save may be older";
+  if (!killed.empty())
+    line += "; rank(s) " + killed + " did not stop within distributed.grace_seconds (" + g.str() +
+            " s) and were killed: their last save may be older";
+  if (!failed.empty()) line += "; " + failed;
+  return line;
 }
 
 using Clock = std::chrono::steady_clock;
@@ -272,8 +280,9 @@ int launch_workers(const LaunchOptions& o) {
   const int world = node.nnodes * o.nproc;
   int port = node.master_port;
   c10::intrusive_ptr<c10d::Store> store;  // hosted here while the workers run
-  const bool hosted = port == 0;
+  const bool hosted = port == 0 && o.host_store;
   if (hosted) store = host_store(world, &port);
+  if (port == 0) port = pick_free_port();  // unused by the workers (tcp:// or file:// init)
 
   std::vector<std::string> args{o.program};
   args.insert(args.end(), o.args.begin(), o.args.end());

@@ -16,6 +16,7 @@ struct LaunchOptions {
   NodePlan node;                           // nodes, this node's rank, master address/port (0: one node,
                                            // the launcher hosts the store on a port the kernel picks)
   double grace_seconds = 120.0;            // after SIGTERM, before SIGKILL
+  bool host_store = true;                  // one node, port 0: host the env:// store here
   EnvMap extra_env;                        // added to every worker's environment
 };
 

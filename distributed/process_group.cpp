@@ -177,7 +177,8 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGrou
   *where = host + ":" + std::to_string(port);
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(port);
-  so.isServer = w.rank == 0 && !w.external_store;
+  // A launcher's store (torchrun's agent, ours) is the env:// one; a tcp:// address is rank 0's to host.
+  so.isServer = w.rank == 0 && (!w.external_store || o.init_method.rfind("tcp://", 0) == 0);
   so.numWorkers = w.world_size;
   so.waitWorkers = false;  // we count arrivals ourselves, to say how many came
   so.timeout = o.timeout;
