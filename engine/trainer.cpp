@@ -427,11 +427,14 @@ std::vector<int64_t> Trainer::epoch_rows(int64_t epoch) {
 TrainSummary Trainer::fit() {
   summary_.best_auc = meta_.best_metric;
   summary_.epochs = meta_.epoch;
-  if (meta_.epoch >= config_.train.epochs) {
+  const int patience = config_.train.early_stop_patience;
+  const bool early_stopped = patience > 0 && meta_.epochs_since_best >= patience;
+  if (meta_.epoch >= config_.train.epochs || early_stopped) {
     summary_.already_finished = true;
-    log_.info("nothing to train: the run in " + out_dir_ + " has finished its " +
-              std::to_string(meta_.epoch) + " epochs (raise train.epochs to train on, or set " +
-              "train.resume=never to start over)");
+    log_.info("nothing to train: the run in " + out_dir_ + " has finished (" + std::to_string(meta_.epoch) +
+              " epochs" + (early_stopped ? ", stopped early" : "") + "; raise train.epochs" +
+              (early_stopped ? " or train.early_stop_patience" : "") +
+              " to train on, or set train.resume=never to start over)");
     return summary_;
   }
   for (int64_t epoch = meta_.epoch; epoch < config_.train.epochs; ++epoch) {

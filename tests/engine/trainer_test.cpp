@@ -223,6 +223,10 @@ TEST_F(TrainerTest, EarlyStopCounterIsSaved) {
   const TrainSummary resumed = train(cut, *coll, log, TrainOptions{});
   EXPECT_TRUE(resumed.early_stopped);
   EXPECT_EQ(resumed.epochs, full.epochs);
+  // Running it once more trains nothing: the run ended by early stopping.
+  const size_t lines = test::read_metrics(cut.output.dir).size();
+  EXPECT_TRUE(train(cut, *coll, log, TrainOptions{}).already_finished);
+  EXPECT_EQ(test::read_metrics(cut.output.dir).size(), lines);
 }
 
 TEST(Schedule, WarmupThenCosine) {
