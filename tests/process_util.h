@@ -20,7 +20,8 @@ namespace ranzcr::test {
 
 using Clock = std::chrono::steady_clock;
 
-// Starts the ranzcr binary with `args` and extra environment, output to `log`; returns its pid.
+// Starts `program` (the ranzcr binary unless named; a bare name is found on PATH) with `args` and extra
+// environment, output to `log`; returns its pid.
 inline pid_t spawn(const std::vector<std::string>& args, const EnvMap& extra, const std::string& log,
                    const std::string& program = RANZCR_BINARY) {
   std::vector<std::string> argv_s{program};
@@ -39,7 +40,7 @@ inline pid_t spawn(const std::vector<std::string>& args, const EnvMap& extra, co
   if (pid == 0) {
     ::dup2(fd, 1);
     ::dup2(fd, 2);
-    ::execve(argv[0], argv.data(), envp.data());
+    ::execvpe(argv[0], argv.data(), envp.data());  // a bare name is looked up on PATH
     ::_exit(127);
   }
   ::close(fd);

@@ -12,43 +12,11 @@
 #include <memory>
 #include <thread>
 
+#include "tests/process_util.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Starts `argv` (found on PATH) with stdout and stderr to `log`; returns its pid.
-pid_t spawn(std::vector<std::string> args, const std::string& log) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(fd);
-  return pid;
-}
-
-// Exit status (128 + signal when killed), or -1 after `timeout` seconds (the process is then killed).
-int wait_exit(pid_t pid, double timeout) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
-  int status = 0;
-  while (Clock::now() < deadline) {
-    if (::waitpid(pid, &status, WNOHANG) == pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, &status, 0);
-  return -1;
-}
 
 // Namespaces "ranzcr-t<pid>-a" and "-b" joined by a veth pair (rz0 in a, rz1 in b) with
 // 10.213.<n>.1/24 and .2/24, loopback up in each; both deleted with the object, whatever happened.
@@ -145,10 +113,11 @@ class TwoHostsTest : public ::testing::Test {
       a.insert(a.end(), {RANZCR_BINARY, "train", "--config", *dir_ / "cfg.yaml", "--set",
                          "output.dir=" + *dir_ / name});
       for (const auto& s : sets) a.insert(a.end(), {"--set", s});
-      pids[n] = spawn(a, log_path(name, n));
+      const std::vector<std::string> rest(a.begin() + 1, a.end());
+      pids[n] = test::spawn(rest, {}, log_path(name, n), a[0]);
     }
     int status[2];
-    for (int n = 0; n < 2; ++n) status[n] = wait_exit(pids[n], 180);
+    for (int n = 0; n < 2; ++n) status[n] = test::wait_exit(pids[n], 180);
     for (int n = 0; n < 2; ++n)
       EXPECT_EQ(status[n], 0) << "node " << n << " log:\n"
                               << test::read_file(log_path(name, n)) << "\nnode " << 1 - n << " log:\n"
