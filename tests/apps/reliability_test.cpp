@@ -123,7 +123,8 @@ TEST_F(ReliabilityTest, SigtermToEveryProcessAtOnceTwiceSavesMidEpoch) {
   const CheckpointMeta meta = read_checkpoint_meta(run + "/checkpoints/last.pt");
   EXPECT_EQ(meta.epoch, 0);
   ASSERT_GT(meta.epoch_batches_done, 0);
-  EXPECT_EQ(meta.rng_states.size(0), 2);
+  ASSERT_EQ(meta.rng_states.size(0), 2);
+  EXPECT_FALSE(torch::equal(meta.rng_states[0], meta.rng_states[1]));  // each rank its own dropout stream
 
   const pid_t again = test::spawn(args, {}, run + ".again.log");
   ASSERT_EQ(test::wait_exit(again, 300), 0) << test::read_file(run + ".again.log");
