@@ -125,6 +125,7 @@ std::shared_ptr<Classifier> load_model(CheckpointReader& reader, const Config& c
   auto model = create_model(meta.model_name, spec);
   model->to(device);
   reader.restore(*model, nullptr);
+  if (reader.has_ema()) reader.restore_ema(*model);  // the averaged weights: validated, chosen, deployed
   set_memory_format(*model, resolve_channels_last(config.train.channels_last, device));
   configure_device(device);
   model->eval();

@@ -137,7 +137,7 @@ void append_line(const std::string& path, const std::string& line) {
 }
 
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                                 torch::optim::Optimizer* optimizer) {
+                                 torch::optim::Optimizer* optimizer, torch::nn::Module* ema) {
   torch::serialize::OutputArchive archive;
   archive.write("ranzcr_format_version", c10::IValue(meta.format_version));
   archive.write("epoch", c10::IValue(meta.epoch));
@@ -160,6 +160,11 @@ std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& 
     torch::serialize::OutputArchive optim_archive;
     optimizer->save(optim_archive);
     archive.write("optimizer", optim_archive);
+  }
+  if (ema) {
+    torch::serialize::OutputArchive ema_archive;
+    ema->save(ema_archive);
+    archive.write("ema", ema_archive);
   }
   std::ostringstream bytes;
   archive.save_to(bytes);
@@ -203,6 +208,27 @@ void CheckpointReader::restore(torch::nn::Module& model, torch::optim::Optimizer
                              "': " + e.what_without_backtrace());
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(path + ": cannot restore the checkpoint: " + e.what());
+  }
+}
+
+}  // namespace ranzcr
+
+namespace ranzcr {
+
+bool CheckpointReader::has_ema() {
+  torch::serialize::InputArchive ema;
+  return archive_.try_read("ema", ema);
+}
+
+void CheckpointReader::restore_ema(torch::nn::Module& module) {
+  torch::serialize::InputArchive ema;
+  if (!archive_.try_read("ema", ema))
+    throw std::runtime_error(path_ + ": the checkpoint holds no EMA weights");
+  try {
+    module.load(ema);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(path_ + ": the checkpoint's EMA weights do not match the model '" +
+                             meta_.model_name + "': " + e.what_without_backtrace());
   }
 }
 

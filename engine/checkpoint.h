@@ -33,9 +33,9 @@ struct CheckpointMeta {
   torch::Tensor rng_states;
 };
 
-/// The checkpoint file's bytes: model, optimizer (may be null) and meta.
+/// The checkpoint file's bytes: model, optimizer (may be null), the EMA weights (may be null) and meta.
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                                 torch::optim::Optimizer* optimizer);
+                                 torch::optim::Optimizer* optimizer, torch::nn::Module* ema = nullptr);
 
 /// Writes model, optimizer (may be null) and meta to `path` atomically.
 void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
@@ -50,6 +50,10 @@ class CheckpointReader {
   const CheckpointMeta& meta() const { return meta_; }
   /// Restores model (and optimizer when non-null) state; tensors land on the reader's device.
   void restore(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
+  /// Whether the checkpoint holds EMA weights (train.ema_decay > 0).
+  bool has_ema();
+  /// Restores the EMA weights into `module` (a model of the checkpoint's architecture).
+  void restore_ema(torch::nn::Module& module);
 
  private:
   std::string path_;

@@ -67,6 +67,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.precision", t.precision);
   v("train.channels_last", t.channels_last);
   v("train.resume", t.resume);
+  v("train.ema_decay", t.ema_decay);
   v("distributed.nproc_per_node", c.distributed.nproc_per_node);
   v("distributed.backend", c.distributed.backend);
   v("distributed.init_method", c.distributed.init_method);
@@ -279,6 +280,7 @@ void validate_config(const Config& c) {
   const auto& cl = c.train.channels_last;
   require(cl == "auto" || cl == "true" || cl == "false",
           "train.channels_last must be auto, true or false, got '" + cl + "'");
+  require(c.train.ema_decay >= 0.0 && c.train.ema_decay < 1.0, "train.ema_decay must be in [0, 1) (0 = off)");
   require(c.train.resume == "auto" || c.train.resume == "never",
           "train.resume must be auto or never, got '" + c.train.resume + "'");
   require(!c.synth.generate_if_missing || !c.synth.root.empty(),

@@ -42,6 +42,7 @@ struct TrainConfig {
   std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (auto: bf16 on GPUs that have it, else fp32)
   std::string channels_last = "auto";  // auto | true | false: NHWC conv layout (auto: on for CUDA)
   std::string resume = "auto";  // auto: continue output.dir's checkpoints/last.pt when there is one | never
+  double ema_decay = 0.0;       // EMA of the weights (timm ModelEmaV3 with warm-up); 0 = off
 };
 
 struct DistributedConfig {

@@ -36,8 +36,8 @@ class ConsoleWriter : public MetricsWriter {
   void epoch(const EpochRecord& r) override {
     log_.info("epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs) + " train_loss " +
               fmt(r.train_loss) + " val_loss " + fmt(r.val_loss) + " val_auc " + fmt(r.auc.mean) +
-              (r.improved ? " (best)" : "") + " " + fmt(r.images_per_sec, 1) + " img/s " +
-              fmt(r.epoch_seconds, 1) + " s");
+              (r.has_ema ? " ema_val_auc " + fmt(r.ema_auc.mean) : "") + (r.improved ? " (best)" : "") + " " +
+              fmt(r.images_per_sec, 1) + " img/s " + fmt(r.epoch_seconds, 1) + " s");
     for (const auto& name : r.auc.undefined)
       log_.warn("validation column '" + name + "' has a single class: AUC undefined, left out of the mean");
     if (r.skipped_images > 0)
@@ -47,6 +47,14 @@ class ConsoleWriter : public MetricsWriter {
  private:
   RunLog& log_;
 };
+
+// {"label": auc or null, ...}
+nlohmann::json per_class_json(const AucReport& auc, const std::vector<std::string>& names) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t k = 0; k < auc.per_class.size(); ++k)
+    out[names[k]] = auc.per_class[k] ? nlohmann::json(*auc.per_class[k]) : nlohmann::json();
+  return out;
+}
 
 class JsonlWriter : public MetricsWriter {
  public:
@@ -58,11 +66,12 @@ class JsonlWriter : public MetricsWriter {
     j["train_loss"] = r.train_loss;
     j["val_loss"] = r.val_loss;
     j["val_auc_mean"] = std::isnan(r.auc.mean) ? nlohmann::json() : nlohmann::json(r.auc.mean);
-    nlohmann::json per_class = nlohmann::json::object();
-    for (size_t k = 0; k < r.auc.per_class.size(); ++k)
-      per_class[r.label_names[k]] =
-          r.auc.per_class[k] ? nlohmann::json(*r.auc.per_class[k]) : nlohmann::json();
-    j["val_auc"] = per_class;
+    j["val_auc"] = per_class_json(r.auc, r.label_names);
+    if (r.has_ema) {
+      j["ema_val_loss"] = r.ema_val_loss;
+      j["ema_val_auc_mean"] = std::isnan(r.ema_auc.mean) ? nlohmann::json() : nlohmann::json(r.ema_auc.mean);
+      j["ema_val_auc"] = per_class_json(r.ema_auc, r.label_names);
+    }
     j["lr"] = r.lr;
     j["images_per_sec"] = r.images_per_sec;
     j["epoch_seconds"] = r.epoch_seconds;

@@ -30,7 +30,10 @@ struct EpochRecord {
   std::vector<std::string> label_names;
   double images_per_sec = 0.0, epoch_seconds = 0.0;
   int64_t train_images = 0, val_images = 0, skipped_images = 0;
-  bool improved = false;  // a new best val_auc_mean
+  bool improved = false;  // a new best val_auc_mean (of the EMA weights when has_ema)
+  bool has_ema = false;   // train.ema_decay > 0: the EMA weights were validated too
+  double ema_val_loss = 0.0;
+  AucReport ema_auc;
 };
 
 class MetricsWriter {

@@ -296,6 +296,13 @@ void Trainer::build_model() {
   model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,
                       inference_options_.channels_last);
   optimizer_ = make_optimizer(config_.optim, *model_);
+  if (config_.train.ema_decay > 0) {
+    ema_model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,
+                            inference_options_.channels_last);
+    EmaOptions eo;
+    eo.decay = config_.train.ema_decay;
+    ema_ = std::make_unique<ModelEma>(*model_, ema_model_, eo);
+  }
   meta_.model_name = config_.model.name;
   meta_.label_names = index_.label_names;
   meta_.world_size = collectives_.world_size();
@@ -360,6 +367,13 @@ void Trainer::resume(const std::string& path, bool automatic) {
     throw std::runtime_error(what + "with other label columns than the data's" + fix);
   reader.restore(*model_, optimizer_.get());
   set_memory_format(*model_, inference_options_.channels_last);
+  if (ema_ && reader.has_ema()) {
+    reader.restore_ema(*ema_model_);
+    set_memory_format(*ema_model_, inference_options_.channels_last);
+  } else if (ema_) {
+    ema_->reset();
+    log_.warn("the checkpoint holds no EMA weights: the EMA starts from its weights");
+  }
   meta_.epoch = saved.epoch;
   meta_.step = saved.step;
   meta_.best_metric = saved.best_metric;
@@ -506,6 +520,7 @@ bool Trainer::train_batch(const DeviceBatch& batch, int64_t i, int64_t n, Progre
   lr_ = scheduled_lr(meta_.step, total_steps_, warmup_steps_, config_.optim.lr, config_.optim.min_lr_ratio);
   step_->optimizer_step(lr_);
   ++meta_.step;
+  if (ema_) ema_->update(meta_.step);
   return true;
 }
 
@@ -555,17 +570,16 @@ void Trainer::stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_
 
 bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time_point start) {
   if (options_.before_validation) options_.before_validation(epoch);
-  const InferenceResult val = validate();
   EpochRecord r;
+  const int64_t val_skipped = validate(r);
   r.epoch = epoch + 1, r.epochs = config_.train.epochs;
   r.train_loss = totals.loss_sum / std::max(1.0, totals.images);
   r.images_per_sec = totals.images / std::max(totals.seconds, 1e-9);
-  r.val_loss = torch::binary_cross_entropy_with_logits(val.logits, val.labels).item<double>();
-  r.auc = multilabel_auc(val.logits, val.labels, index_.label_names);
   r.label_names = index_.label_names;
   r.epoch_seconds = seconds_since(start);
-  r.improved = !std::isnan(r.auc.mean) && r.auc.mean > meta_.best_metric;
-  if (r.improved) meta_.best_metric = r.auc.mean;
+  const double metric = r.has_ema ? r.ema_auc.mean : r.auc.mean;  // what best.pt is chosen on
+  r.improved = !std::isnan(metric) && metric > meta_.best_metric;
+  if (r.improved) meta_.best_metric = metric;
   meta_.epochs_since_best = r.improved ? 0 : meta_.epochs_since_best + 1;
   // Early stopping: rank 0 decides and tells everyone, so no rank waits for the others forever.
   const int patience = config_.train.early_stop_patience;
@@ -574,13 +588,12 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   collectives_.broadcast(stop_early, 0);
   meta_.epoch = epoch + 1;
   meta_.epoch_batches_done = 0;
-  summary_.last_auc = r.auc.mean;
+  summary_.last_auc = metric;
   summary_.best_auc = meta_.best_metric;
   summary_.epochs = meta_.epoch;
   r.step = meta_.step, r.lr = lr_;
   r.train_images = static_cast<int64_t>(totals.images);
-  r.val_images = val.rows.size(0);
-  r.skipped_images = static_cast<int64_t>(totals.skipped) + val.skipped;
+  r.skipped_images = static_cast<int64_t>(totals.skipped) + val_skipped;
   writers_.epoch(r);
   if (collectives_.is_main()) save(checkpoint_paths(r.improved));
   collectives_.barrier();
@@ -593,9 +606,18 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   return false;
 }
 
-InferenceResult Trainer::validate() {
+int64_t Trainer::validate(EpochRecord& r) {
   sync_buffers();
-  return run_inference(*model_, index_, split_.val, inference_options_, collectives_);
+  const InferenceResult val = run_inference(*model_, index_, split_.val, inference_options_, collectives_);
+  r.val_loss = torch::binary_cross_entropy_with_logits(val.logits, val.labels).item<double>();
+  r.auc = multilabel_auc(val.logits, val.labels, index_.label_names);
+  r.val_images = val.rows.size(0);
+  if (!ema_) return val.skipped;
+  const InferenceResult e = run_inference(*ema_model_, index_, split_.val, inference_options_, collectives_);
+  r.has_ema = true;
+  r.ema_val_loss = torch::binary_cross_entropy_with_logits(e.logits, e.labels).item<double>();
+  r.ema_auc = multilabel_auc(e.logits, e.labels, index_.label_names);
+  return val.skipped;
 }
 
 std::vector<std::string> Trainer::checkpoint_paths(bool improved) const {
@@ -615,16 +637,18 @@ void Trainer::save(const std::vector<std::string>& paths) {
     meta_.loss_scale = scaler->scale_value();
     meta_.loss_scale_growth = scaler->growth_tracker();
   }
-  const std::string bytes = serialize_checkpoint(meta_, *model_, optimizer_.get());
+  const std::string bytes = serialize_checkpoint(meta_, *model_, optimizer_.get(), ema_model_.get());
   for (const auto& path : paths) write_file_atomic(path, bytes);
 }
 
-// BatchNorm statistics agree on every rank before evaluation and checkpoints.
+// BatchNorm statistics agree on every rank before evaluation and checkpoints (the EMA's: rank 0's, as
+// each rank averages its own).
 void Trainer::sync_buffers() {
   if (config_.distributed.bn_sync == "broadcast")
     ddp_->before_forward();
   else
     ddp_->average_buffers();
+  if (ema_ && collectives_.world_size() > 1) broadcast_coalesced(collectives_, ema_model_->buffers(), 0);
 }
 
 TrainSummary train(Config config, Collectives& collectives, RunLog& log, const TrainOptions& options) {

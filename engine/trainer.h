@@ -20,6 +20,7 @@
 #include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/device_batches.h"
+#include "engine/ema.h"
 #include "engine/inference.h"
 #include "engine/metrics_writer.h"
 #include "engine/run_log.h"
@@ -124,7 +125,8 @@ class Trainer {
   void stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_batches);
   /// Validates, records the epoch and saves its checkpoints; true when early stopping ends the run.
   bool finish_epoch(int64_t epoch, const EpochTotals& totals, std::chrono::steady_clock::time_point start);
-  InferenceResult validate();
+  /// Validates the model (and the EMA weights) into `r`; returns the unreadable images skipped.
+  int64_t validate(EpochRecord& r);
   std::vector<std::string> checkpoint_paths(bool improved) const;
   void save(const std::vector<std::string>& paths);
   void sync_buffers();
@@ -141,6 +143,8 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<TrainStep> step_;
+  std::shared_ptr<Classifier> ema_model_;  // train.ema_decay > 0: the averaged weights
+  std::unique_ptr<ModelEma> ema_;
   std::unique_ptr<LossWatch> watch_;
   std::unique_ptr<Poll> poll_;
   MetricsWriters writers_;

@@ -85,6 +85,23 @@ TEST_F(CliTest, TrainEvaluatePredict) {
     }
 }
 
+// With train.ema_decay the deployed weights are the EMA's: evaluate best.pt reproduces the best logged
+// ema_val_auc_mean.
+TEST_F(CliTest, EvaluateUsesTheEmaWeights) {
+  const std::string run = *dir_ / "ema_run";
+  const auto t = run_command(bin() + " train --config " + cfg() + " --set output.dir=" + run +
+                             " --set train.ema_decay=0.9");
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find("ema_val_auc"), std::string::npos) << t.output;
+  double best = -1;
+  for (const auto& m : test::read_metrics(run)) best = std::max(best, m["ema_val_auc_mean"].get<double>());
+  const auto e = run_command(bin() + " evaluate --config " + cfg() + " --checkpoint " + run +
+                             "/checkpoints/best.pt --out " + run + "/eval.json");
+  ASSERT_EQ(e.status, 0) << e.output;
+  EXPECT_NEAR(nlohmann::json::parse(test::read_file(run + "/eval.json"))["auc_mean"].get<double>(), best,
+              1e-6);
+}
+
 TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
   const std::string d = dir_->str();
   expect_user_error("train --config " + d + "/nope.yaml", "config file not found");

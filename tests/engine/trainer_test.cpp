@@ -229,6 +229,51 @@ TEST_F(TrainerTest, EarlyStopCounterIsSaved) {
   EXPECT_EQ(test::read_metrics(cut.output.dir).size(), lines);
 }
 
+// train.ema_decay: the EMA weights are validated (ema_val_* in metrics.jsonl), choose best.pt, are saved
+// in checkpoints and resume exactly.
+TEST_F(TrainerTest, EmaIsValidatedSavedAndResumedExactly) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string full = *dir_ / "ema_full", resumed = *dir_ / "ema_resumed";
+  Config c = config(full, 4);
+  c.train.ema_decay = 0.9;
+  c.output.keep_every = 2;
+  train(c, *coll, log, TrainOptions{});
+  Config r = config(resumed, 4);
+  r.train.ema_decay = 0.9;
+  TrainOptions opts;
+  opts.resume_path = full + "/checkpoints/epoch_002.pt";
+  train(r, *coll, log, opts);
+
+  auto ema_of = [](const std::string& path) {
+    auto m = create_model("tiny_cnn", ModelSpec{});
+    CheckpointReader reader(path);
+    EXPECT_TRUE(reader.has_ema()) << path;
+    reader.restore_ema(*m);
+    return m;
+  };
+  auto a = ema_of(full + "/checkpoints/last.pt"), b = ema_of(resumed + "/checkpoints/last.pt");
+  const auto pb = b->named_parameters();
+  for (const auto& kv : a->named_parameters())
+    EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
+  const auto bb = b->named_buffers();
+  for (const auto& kv : a->named_buffers()) EXPECT_TRUE(torch::equal(kv.value(), bb[kv.key()])) << kv.key();
+  // The EMA differs from the raw weights it averages.
+  auto raw = create_model("tiny_cnn", ModelSpec{});
+  load_checkpoint(full + "/checkpoints/last.pt", *raw, nullptr);
+  EXPECT_FALSE(torch::equal(raw->parameters()[0], a->parameters()[0]));
+
+  const auto m = test::read_metrics(full);
+  double best = -1;
+  for (const auto& e : m) {
+    ASSERT_TRUE(e.contains("ema_val_auc_mean") && e.contains("ema_val_loss") && e.contains("ema_val_auc"));
+    best = std::max(best, e["ema_val_auc_mean"].get<double>());
+  }
+  EXPECT_DOUBLE_EQ(read_checkpoint_meta(full + "/checkpoints/best.pt").best_metric, best);
+  EXPECT_DOUBLE_EQ(m.back()["ema_val_auc_mean"].get<double>(),
+                   test::read_metrics(resumed).back()["ema_val_auc_mean"].get<double>());
+}
+
 TEST(Schedule, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(scheduled_lr(0, 100, 10, 1.0, 0.0), 0.1);
   EXPECT_DOUBLE_EQ(scheduled_lr(9, 100, 10, 1.0, 0.0), 1.0);
