@@ -71,6 +71,8 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
     meta.loss_scale_growth = optional.toInt();
   if (archive.try_read("epochs_since_best", optional) && optional.isInt())
     meta.epochs_since_best = optional.toInt();
+  if (archive.try_read("epoch_metric", optional) && optional.isDouble())
+    meta.epoch_metric = optional.toDouble();
   torch::Tensor rng;
   if (archive.try_read("rng_states", rng)) meta.rng_states = rng.cpu();
   return meta;
@@ -152,6 +154,7 @@ std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& 
   archive.write("loss_scale", c10::IValue(meta.loss_scale));
   archive.write("loss_scale_growth", c10::IValue(meta.loss_scale_growth));
   archive.write("epochs_since_best", c10::IValue(meta.epochs_since_best));
+  archive.write("epoch_metric", c10::IValue(meta.epoch_metric));
   if (meta.rng_states.defined()) archive.write("rng_states", meta.rng_states.cpu());
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);

@@ -28,6 +28,7 @@ struct CheckpointMeta {
   double loss_scale = 0.0;         // fp16 loss scaler's scale (0 = no scaler)
   int64_t loss_scale_growth = 0;   // fp16 loss scaler's clean steps since its last change
   int64_t epochs_since_best = 0;   // epochs without a better best_metric (early stopping)
+  double epoch_metric = -1;        // the validation metric of the epoch that wrote it (-1 = mid-epoch)
   /// Mid-epoch saves: every rank's random generator state (uint8 [world_size, state bytes]), so that
   /// dropout and other random ops continue exactly where they were. Undefined at epoch ends.
   torch::Tensor rng_states;

@@ -77,6 +77,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("distributed.grace_seconds", c.distributed.grace_seconds);
   v("output.dir", c.output.dir);
   v("output.keep_every", c.output.keep_every);
+  v("output.keep_best_k", c.output.keep_best_k);
 }
 
 std::vector<std::string> split_dots(const std::string& key) {
@@ -298,6 +299,7 @@ void validate_config(const Config& c) {
   require(c.distributed.bucket_mb > 0, "distributed.bucket_mb must be positive");
   require(c.distributed.grace_seconds >= 0, "distributed.grace_seconds must be >= 0");
   require(c.output.keep_every >= 0, "output.keep_every must be >= 0");
+  require(c.output.keep_best_k >= 0, "output.keep_best_k must be >= 0");
   require(!c.output.dir.empty(), "output.dir must not be empty");
 }
 

@@ -58,6 +58,7 @@ struct DistributedConfig {
 struct OutputConfig {
   std::string dir = "runs/default";  // run folder
   int keep_every = 0;                // also keep checkpoints/epoch_NNN.pt every N epochs (0 = off)
+  int keep_best_k = 0;               // also keep the k best epochs as checkpoints/top_epoch_NNN.pt (0 = off)
 };
 
 struct Config {

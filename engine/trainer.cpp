@@ -400,7 +400,9 @@ void Trainer::resume(const std::string& path, bool automatic) {
 }
 
 void Trainer::start_metrics() {
+  top_ = std::make_unique<TopCheckpoints>(ckpt_dir_, config_.output.keep_best_k);
   if (!collectives_.is_main()) return;
+  top_->scan(meta_.epoch);
   const std::string path = out_dir_ + "/metrics.jsonl";
   truncate_metrics(path, meta_.epoch);  // the epochs after the checkpoint are trained again
   writers_.add(make_jsonl_writer(path));
@@ -550,6 +552,7 @@ std::string Trainer::divergence_message(int64_t epoch) const {
 
 void Trainer::stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_batches) {
   meta_.epoch_batches_done = batches_done;
+  meta_.epoch_metric = -1;
   {  // every rank's generator state, so random ops continue where they were
     at::Generator gen = at::globalContext().defaultGenerator(options_.device);
     torch::Tensor state;
@@ -595,7 +598,13 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   r.train_images = static_cast<int64_t>(totals.images);
   r.skipped_images = static_cast<int64_t>(totals.skipped) + val_skipped;
   writers_.epoch(r);
-  if (collectives_.is_main()) save(checkpoint_paths(r.improved));
+  meta_.epoch_metric = metric;
+  if (collectives_.is_main()) {
+    std::vector<std::string> paths = checkpoint_paths(r.improved);
+    if (const std::string top = top_->admit(meta_.epoch, metric); !top.empty()) paths.push_back(top);
+    save(paths);
+    top_->prune();
+  }
   collectives_.barrier();
   if (stop_early.item<double>() > 0 && epoch + 1 < config_.train.epochs) {
     log_.info("early stop: no better val_auc_mean for " + std::to_string(meta_.epochs_since_best) +

@@ -24,6 +24,7 @@
 #include "engine/inference.h"
 #include "engine/metrics_writer.h"
 #include "engine/run_log.h"
+#include "engine/top_checkpoints.h"
 #include "engine/train_step.h"
 
 namespace ranzcr {
@@ -108,7 +109,8 @@ class Trainer {
   /// rank 0 finds one; "" = a fresh run.
   std::string resume_source();
   void resume(const std::string& path, bool automatic);
-  /// Makes metrics.jsonl hold exactly the epochs done so far (none for a fresh run).
+  /// Makes metrics.jsonl hold exactly the epochs done so far (none for a fresh run); takes over the
+  /// top-k checkpoints kept so far.
   void start_metrics();
   void plan_epochs();
   std::vector<int64_t> epoch_rows(int64_t epoch);
@@ -145,6 +147,7 @@ class Trainer {
   std::unique_ptr<TrainStep> step_;
   std::shared_ptr<Classifier> ema_model_;  // train.ema_decay > 0: the averaged weights
   std::unique_ptr<ModelEma> ema_;
+  std::unique_ptr<TopCheckpoints> top_;  // output.keep_best_k
   std::unique_ptr<LossWatch> watch_;
   std::unique_ptr<Poll> poll_;
   MetricsWriters writers_;

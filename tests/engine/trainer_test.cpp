@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 
@@ -272,6 +273,55 @@ TEST_F(TrainerTest, EmaIsValidatedSavedAndResumedExactly) {
   EXPECT_DOUBLE_EQ(read_checkpoint_meta(full + "/checkpoints/best.pt").best_metric, best);
   EXPECT_DOUBLE_EQ(m.back()["ema_val_auc_mean"].get<double>(),
                    test::read_metrics(resumed).back()["ema_val_auc_mean"].get<double>());
+}
+
+// output.keep_best_k: exactly the k best epochs by validation AUC are kept as top_epoch_NNN.pt, also
+// across a resume.
+TEST_F(TrainerTest, KeepsTheBestKEpochs) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  auto kept = [](const std::string& run) {
+    std::vector<int64_t> epochs;
+    for (const auto& e : std::filesystem::directory_iterator(run + "/checkpoints")) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("top_epoch_", 0) != 0) continue;
+      const CheckpointMeta meta = read_checkpoint_meta(e.path().string());
+      EXPECT_EQ("top_epoch_00" + std::to_string(meta.epoch) + ".pt", name);
+      epochs.push_back(meta.epoch);
+    }
+    std::sort(epochs.begin(), epochs.end());
+    return epochs;
+  };
+  auto best2 = [](const std::string& run) {  // the two best epochs of metrics.jsonl
+    std::vector<std::pair<double, int64_t>> by_auc;
+    for (const auto& m : test::read_metrics(run))
+      by_auc.emplace_back(-m["val_auc_mean"].get<double>(), m["epoch"].get<int64_t>());
+    std::sort(by_auc.begin(), by_auc.end());
+    std::vector<int64_t> epochs = {by_auc.at(0).second, by_auc.at(1).second};
+    std::sort(epochs.begin(), epochs.end());
+    return epochs;
+  };
+  const std::string full = *dir_ / "top_full", parts = *dir_ / "top_parts";
+  Config c = config(full, 5);
+  c.output.keep_best_k = 2;
+  train(c, *coll, log, TrainOptions{});
+  EXPECT_EQ(kept(full), best2(full));
+
+  // Stopped after epoch 3 (same schedule), then continued: the kept files follow the whole run.
+  Config parted = config(parts, 5);
+  parted.output.keep_best_k = 2;
+  std::atomic<int> stop{0};
+  TrainOptions o;
+  o.stop_signal = &stop;
+  o.before_validation = [&](int64_t epoch) {
+    if (epoch == 2) stop = SIGTERM;
+  };
+  ASSERT_EQ(train(parted, *coll, log, o).epochs, 3);
+  EXPECT_EQ(kept(parts).size(), 2u);
+  train(parted, *coll, log, TrainOptions{});
+  EXPECT_EQ(test::read_metrics(parts).size(), 5u);
+  EXPECT_EQ(kept(parts), best2(parts));
+  EXPECT_EQ(kept(parts), kept(full));
 }
 
 TEST(Schedule, WarmupThenCosine) {
