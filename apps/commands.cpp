@@ -1,7 +1,10 @@
 #include "apps/commands.h"
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <nlohmann/json.hpp>
+#include <opencv2/core/version.hpp>
 
 #include <atomic>
 #include <cmath>
@@ -415,6 +418,26 @@ int run_synth(const SynthArgs& args) {
             << "), train_annotations.csv, test/ (" << args.num_test_images
             << "), sample_submission.csv, test_labels.csv\n";
   return 0;
+}
+
+std::string version_text() {
+  std::ostringstream v;
+  v << "ranzcr " << RANZCR_VERSION << "\nLibTorch " << TORCH_VERSION;
+  if (at::hasCUDA()) {
+    const auto& hooks = at::detail::getCUDAHooks();
+    const long cuda = hooks.versionCUDART();
+    v << " (CUDA " << cuda / 1000 << "." << cuda % 1000 / 10;
+    if (hooks.hasCuDNN()) {
+      const long cudnn = hooks.versionCuDNN();
+      v << ", cuDNN " << cudnn / 10000 << "." << cudnn % 10000 / 100 << "." << cudnn % 100;
+    }
+    v << ")";
+  } else {
+    v << " (CPU only)";
+  }
+  const std::string nccl = nccl_version();
+  v << "\nOpenCV " << CV_VERSION << "\nNCCL " << (nccl.empty() ? "not built in" : nccl);
+  return v.str();
 }
 
 int run_models() {

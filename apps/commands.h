@@ -50,5 +50,7 @@ int run_predict(const EvalArgs& args);
 int run_bench(const BenchArgs& args);
 int run_synth(const SynthArgs& args);
 int run_models();
+/// `ranzcr --version`: this program's version and those of LibTorch (with CUDA/cuDNN), OpenCV and NCCL.
+std::string version_text();
 
 }  // namespace ranzcr

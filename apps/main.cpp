@@ -12,11 +12,26 @@ std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
+// A missing or unknown command word, named with the commands there are ("" = fine: CLI11 goes on).
+std::string command_problem(CLI::App& app, int argc, char** argv) {
+  std::string names;
+  bool known = false;
+  const std::string word = argc > 1 ? argv[1] : "";
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || sub->get_name() == word;
+  }
+  if (argc < 2) return "no command given; the commands are " + names + " (see ranzcr --help)";
+  if (known || word.rfind("-", 0) == 0) return "";
+  return "unknown command '" + word + "'; the commands are " + names + " (see ranzcr --help)";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ranzcr: train, evaluate and predict chest X-ray tube/line classifiers"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", ranzcr::version_text());
   ranzcr::TrainArgs train;
   ranzcr::EvalArgs eval, pred;
   ranzcr::SynthArgs synth;
@@ -65,8 +80,14 @@ int main(int argc, char** argv) {
 
   auto* m = app.add_subcommand("models", "List the model names");
 
+  if (const std::string problem = command_problem(app, argc, argv); !problem.empty()) {
+    std::cerr << "error: " << problem << std::endl;
+    return 2;
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForVersion& ex) {
+    return app.exit(ex);
   } catch (const CLI::CallForHelp& ex) {
     return app.exit(ex);
   } catch (const CLI::CallForAllHelp& ex) {

@@ -20,6 +20,14 @@ bool nccl_available() {
 #endif
 }
 
+std::string nccl_version() {
+#ifdef USE_C10D_NCCL
+  return c10d::getNcclVersion();
+#else
+  return "";
+#endif
+}
+
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                     int size, std::chrono::milliseconds timeout,
                                                     const torch::Device& device) {

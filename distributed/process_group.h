@@ -29,5 +29,7 @@ std::string resolve_backend(const std::string& configured, const torch::Device& 
 
 /// Whether this LibTorch was built with NCCL.
 bool nccl_available();
+/// NCCL's version ("" without NCCL).
+std::string nccl_version();
 
 }  // namespace ranzcr

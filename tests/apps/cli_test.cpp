@@ -102,8 +102,17 @@ TEST_F(CliTest, EvaluateUsesTheEmaWeights) {
               1e-6);
 }
 
+TEST_F(CliTest, VersionNamesTheLibraries) {
+  const auto v = run_command(bin() + " --version");
+  EXPECT_EQ(v.status, 0) << v.output;
+  for (const char* part : {"ranzcr ", "LibTorch ", "OpenCV ", "NCCL "})
+    EXPECT_NE(v.output.find(part), std::string::npos) << part << " in " << v.output;
+}
+
 TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
   const std::string d = dir_->str();
+  expect_user_error("trian --config x.yaml", "unknown command 'trian'; the commands are train, evaluate");
+  expect_user_error("", "no command given");
   expect_user_error("train --config " + d + "/nope.yaml", "config file not found");
   test::write_file(d + "/unknown.yaml", "train:\n  epochs: 1\n  epohcs: 2\n");
   expect_user_error("train --config " + d + "/unknown.yaml",
