@@ -25,13 +25,22 @@ std::string fmt_duration(double s) {
   return ss.str();
 }
 
+// "[#########---------------]": `done` of `total` in `width` cells.
+std::string progress_bar(int64_t done, int64_t total, int width) {
+  const int64_t filled = total > 0 ? std::min<int64_t>(width, done * width / total) : 0;
+  return "[" + std::string(filled, '#') + std::string(width - filled, '-') + "]";
+}
+
 class ConsoleWriter : public MetricsWriter {
  public:
   explicit ConsoleWriter(RunLog& log) : log_(log) {}
   void progress(const ProgressRecord& r) override {
-    log_.info("epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs) + " step " +
-              std::to_string(r.batch) + "/" + std::to_string(r.batches) + " loss " + fmt(r.loss) + " lr " +
-              fmt(r.lr, 6) + " " + fmt(r.images_per_sec, 1) + " img/s eta " + fmt_duration(r.eta_seconds));
+    const std::string tail = " loss " + fmt(r.loss) + " lr " + fmt(r.lr, 6) + " " + fmt(r.images_per_sec, 1) +
+                             " img/s eta " + fmt_duration(r.eta_seconds);
+    const std::string epoch = "epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs);
+    const std::string steps = std::to_string(r.batch) + "/" + std::to_string(r.batches);
+    log_.progress(epoch + " " + progress_bar(r.batch, r.batches, 24) + " " + steps + tail,
+                  epoch + " step " + steps + tail);
   }
   void epoch(const EpochRecord& r) override {
     log_.info("epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs) + " train_loss " +
