@@ -26,6 +26,7 @@
 #include "engine/bench.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
+#include "engine/curves.h"
 #include "engine/inference.h"
 #include "engine/metrics.h"
 #include "engine/precision.h"
@@ -413,6 +414,11 @@ int run_synth(const SynthArgs& args) {
   std::cout << "wrote " << args.out << ": train.csv, train/ (" << args.num_images
             << "), train_annotations.csv, test/ (" << args.num_test_images
             << "), sample_submission.csv, test_labels.csv\n";
+  return 0;
+}
+
+int run_plot(const PlotArgs& args) {
+  for (const auto& path : write_curves(args.run_dir)) std::cout << "wrote " << path << "\n";
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "engine/cuda_support.h"
+#include "engine/curves.h"
 #include "engine/metrics.h"
 #include "engine/tensorboard_writer.h"
 #include "models/registry.h"
@@ -394,6 +395,7 @@ void Trainer::start_metrics() {
   writers_.add(make_jsonl_writer(path));
   // A new event file per start; a resumed one tells TensorBoard to drop what came after the checkpoint.
   writers_.add(std::make_unique<TensorBoardWriter>(out_dir_ + "/tensorboard", meta_.step));
+  writers_.add(make_curves_writer(out_dir_));  // after the jsonl writer: redrawn from metrics.jsonl
 }
 
 void Trainer::plan_epochs() {

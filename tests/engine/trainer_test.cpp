@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
 
 #include <atomic>
 #include <csignal>
@@ -10,6 +12,7 @@
 #include <sstream>
 
 #include "engine/checkpoint.h"
+#include "engine/curves.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
 
@@ -230,6 +233,23 @@ TEST_F(TrainerTest, EarlyStopCounterIsSaved) {
   const size_t lines = test::read_metrics(cut.output.dir).size();
   EXPECT_TRUE(train(cut, *coll, log, TrainOptions{}).already_finished);
   EXPECT_EQ(test::read_metrics(cut.output.dir).size(), lines);
+}
+
+// The PNG curves are drawn after every epoch: decodable, the expected size, not blank.
+TEST_F(TrainerTest, CurvesAreDrawnAfterTraining) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string out = *dir_ / "curves";
+  train(config(out, 2), *coll, log, TrainOptions{});
+  for (const auto& name : curves_file_names()) {
+    const cv::Mat img = cv::imread(out + "/" + name, cv::IMREAD_COLOR);
+    ASSERT_FALSE(img.empty()) << name;
+    EXPECT_EQ(img.cols, kCurvesWidth);
+    EXPECT_EQ(img.rows, kCurvesHeight);
+    cv::Mat background(img.size(), img.type(), cv::Scalar(255, 255, 255)), diff;
+    cv::absdiff(img, background, diff);
+    EXPECT_GT(cv::countNonZero(diff.reshape(1)), 2000) << name;
+  }
 }
 
 // A python with tensorboard: RANZCR_TENSORBOARD_PYTHON, the project's .venv (scripts/setup.sh installs
