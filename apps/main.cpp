@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   ranzcr::EvalArgs eval, pred;
   ranzcr::SynthArgs synth;
   ranzcr::BenchArgs bench;
+  ranzcr::PlotArgs plot;
 
   auto* t = app.add_subcommand("train", "Train a model from a YAML config");
   t->add_option("--config", train.config, "YAML config file")->required();
@@ -78,6 +79,9 @@ int main(int argc, char** argv) {
   b->add_option("--out", bench.out, "Write the figures as JSON here");
   b->add_option("--nproc-per-node", bench.nproc_per_node, "Worker processes on this node: N or auto");
 
+  auto* pl = app.add_subcommand("plot", "Redraw a run folder's PNG training curves from its metrics.jsonl");
+  pl->add_option("RUN_DIR", plot.run_dir, "Run folder (output.dir)")->required();
+
   auto* m = app.add_subcommand("models", "List the model names");
 
   if (const std::string problem = command_problem(app, argc, argv); !problem.empty()) {
@@ -108,6 +112,7 @@ int main(int argc, char** argv) {
       bench.argv.assign(argv + 1, argv + argc);
       return ranzcr::run_bench(bench);
     }
+    if (pl->parsed()) return ranzcr::run_plot(plot);
     if (m->parsed()) return ranzcr::run_models();
   } catch (const c10::Error& ex) {
     std::cerr << "error: " << first_line(ex.what_without_backtrace()) << std::endl;

@@ -12,7 +12,9 @@
 #include <sstream>
 
 #include "engine/cuda_support.h"
+#include "engine/curves.h"
 #include "engine/metrics.h"
+#include "engine/tensorboard_writer.h"
 #include "models/registry.h"
 
 namespace fs = std::filesystem;
@@ -344,9 +346,10 @@ std::string Trainer::resume_source() {
     } catch (const std::exception&) {
     }
     log_.warn("train.resume=never: starting over in " + out_dir_ + "; it held " + what +
-              ", whose checkpoints and metrics.jsonl are removed now");
+              ", whose checkpoints, metrics.jsonl and TensorBoard event files are removed now");
     for (const auto& entry : fs::directory_iterator(ckpt_dir_))
       if (entry.path().extension() == ".pt") fs::remove(entry.path());
+    fs::remove_all(out_dir_ + "/tensorboard");
   }
   collectives_.barrier();  // nobody looks at the folder before it is cleared
   return "";
@@ -406,6 +409,9 @@ void Trainer::start_metrics() {
   const std::string path = out_dir_ + "/metrics.jsonl";
   truncate_metrics(path, meta_.epoch);  // the epochs after the checkpoint are trained again
   writers_.add(make_jsonl_writer(path));
+  // A new event file per start; a resumed one tells TensorBoard to drop what came after the checkpoint.
+  writers_.add(std::make_unique<TensorBoardWriter>(out_dir_ + "/tensorboard", meta_.step));
+  writers_.add(make_curves_writer(out_dir_));  // after the jsonl writer: redrawn from metrics.jsonl
 }
 
 void Trainer::plan_epochs() {

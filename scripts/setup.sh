@@ -8,6 +8,7 @@
 #   RANZCR_BUNDLE=third_party/bundle scripts/setup.sh # the dependencies from the offline bundle
 #                                                     # (scripts/offline/make-bundle.sh), not from apt
 #   RANZCR_OFFLINE=1 ...                              # never apt-get or pip: stop with an error instead
+#   TENSORBOARD_PIP_SPEC=tensorboard==2.21.0 ...      # the tensorboard for the event-file test (into .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -65,6 +66,17 @@ if [ -z "${Torch_DIR:-}" ]; then
   export Torch_DIR="$PREFIX/Torch"
 fi
 [ -f "$Torch_DIR/TorchConfig.cmake" ] || { echo "error: no TorchConfig.cmake in Torch_DIR=$Torch_DIR" >&2; exit 1; }
+
+# 2b. TensorBoard in the project venv, for the test that reads the training's event files with TensorBoard's
+#     own reader (skipped without it). It pulls no torch: the venv's torch stays as it is. Optional: a
+#     failed or forbidden install is a note, not an error.
+if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import tensorboard' >/dev/null 2>&1; then
+  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
+    say "no tensorboard in .venv (RANZCR_OFFLINE=1 forbids pip): the TensorBoard reader test will be skipped"
+  elif ! "$ROOT/.venv/bin/pip" install -q "${TENSORBOARD_PIP_SPEC:-tensorboard}" > "$ROOT/.venv/pip-tensorboard.log" 2>&1; then
+    say "pip install tensorboard failed (.venv/pip-tensorboard.log): the TensorBoard reader test will be skipped"
+  fi
+fi
 
 # 3. Configure (once) and build.
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then

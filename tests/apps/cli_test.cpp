@@ -67,6 +67,16 @@ TEST_F(CliTest, TrainEvaluatePredict) {
   ASSERT_EQ(e2.status, 0) << e2.output;
   EXPECT_EQ(nlohmann::json::parse(test::read_file(run + "/test.json"))["num_images"].get<int>(), 12);
 
+  // plot redraws the training curves from metrics.jsonl.
+  for (const auto& name : {"curves_loss.png", "curves_auc.png", "curves_auc_per_label.png"}) {
+    ASSERT_TRUE(std::filesystem::exists(run + "/" + name)) << name;  // drawn by train
+    std::filesystem::remove(run + "/" + name);
+  }
+  const auto pl = run_command(bin() + " plot " + run);
+  ASSERT_EQ(pl.status, 0) << pl.output;
+  for (const auto& name : {"curves_loss.png", "curves_auc.png", "curves_auc_per_label.png"})
+    EXPECT_FALSE(cv::imread(run + "/" + name).empty()) << name;
+
   // predict writes one row per test image, probabilities in [0, 1].
   const auto p =
       run_command(bin() + " predict --config " + cfg() + " --checkpoint " + run +
@@ -134,6 +144,8 @@ TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
   expect_user_error("train --config " + cfg() + " --set distributed.nproc_per_node=x",
                     "positive integer or auto");
   expect_user_error("train", "--config is required");
+  expect_user_error("plot " + d, "no metrics.jsonl in " + d);
+  expect_user_error("plot", "RUN_DIR is required");
   expect_user_error("bogus", "");
 }
 

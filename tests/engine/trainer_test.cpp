@@ -2,12 +2,18 @@
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
+#include <map>
+#include <sstream>
 
 #include "engine/checkpoint.h"
+#include "engine/curves.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
 
@@ -322,6 +328,78 @@ TEST_F(TrainerTest, KeepsTheBestKEpochs) {
   EXPECT_EQ(test::read_metrics(parts).size(), 5u);
   EXPECT_EQ(kept(parts), best2(parts));
   EXPECT_EQ(kept(parts), kept(full));
+// The PNG curves are drawn after every epoch: decodable, the expected size, not blank.
+TEST_F(TrainerTest, CurvesAreDrawnAfterTraining) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string out = *dir_ / "curves";
+  train(config(out, 2), *coll, log, TrainOptions{});
+  for (const auto& name : curves_file_names()) {
+    const cv::Mat img = cv::imread(out + "/" + name, cv::IMREAD_COLOR);
+    ASSERT_FALSE(img.empty()) << name;
+    EXPECT_EQ(img.cols, kCurvesWidth);
+    EXPECT_EQ(img.rows, kCurvesHeight);
+    cv::Mat background(img.size(), img.type(), cv::Scalar(255, 255, 255)), diff;
+    cv::absdiff(img, background, diff);
+    EXPECT_GT(cv::countNonZero(diff.reshape(1)), 2000) << name;
+  }
+}
+
+// A python with tensorboard: RANZCR_TENSORBOARD_PYTHON, the project's .venv (scripts/setup.sh installs
+// it there), or /tmp/tbvenv; "" when none has it.
+std::string tensorboard_python() {
+  std::vector<std::string> candidates{std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python",
+                                      "/tmp/tbvenv/bin/python"};
+  if (const char* env = std::getenv("RANZCR_TENSORBOARD_PYTHON")) candidates.insert(candidates.begin(), env);
+  for (const auto& python : candidates)
+    if (std::filesystem::exists(python) && test::run_command(python + " -c 'import tensorboard'").status == 0)
+      return python;
+  return "";
+}
+
+// TensorBoard's own reader finds every scalar at the optimizer step, with metrics.jsonl's values.
+TEST_F(TrainerTest, TensorBoardReadsTheEventFiles) {
+  const std::string python = tensorboard_python();
+  if (python.empty())
+    GTEST_SKIP() << "no python with tensorboard (scripts/setup.sh puts it in .venv; or set "
+                    "RANZCR_TENSORBOARD_PYTHON)";
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string out = *dir_ / "tb";
+  train(config(out, 2), *coll, log, TrainOptions{});
+  const std::string script = *dir_ / "read_tb.py";
+  test::write_file(script,
+                   "import sys\n"
+                   "from tensorboard.backend.event_processing import event_accumulator as ea\n"
+                   "acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0})\n"
+                   "acc.Reload()\n"
+                   "for tag in sorted(acc.Tags()['scalars']):\n"
+                   "    for e in acc.Scalars(tag):\n"
+                   "        print('scalar', repr(tag), e.step, repr(e.value))\n");
+  const auto r = test::run_command(python + " " + script + " " + out + "/tensorboard");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::map<std::string, std::map<int64_t, double>> scalars;  // tag -> step -> value
+  std::stringstream ss(r.output);
+  for (std::string line; std::getline(ss, line);) {
+    if (line.rfind("scalar '", 0) != 0) continue;
+    const size_t end = line.find("' ", 8);
+    std::stringstream rest(line.substr(end + 2));
+    int64_t step;
+    double value;
+    rest >> step >> value;
+    scalars[line.substr(8, end - 8)][step] = value;
+  }
+  for (const char* tag : {"train/loss", "train/lr", "train/images_per_sec", "val/loss", "val/auc_mean"})
+    EXPECT_EQ(scalars[tag].size(), 2u) << tag << "\n" << r.output;
+  for (const auto& m : test::read_metrics(out)) {
+    const int64_t step = m["step"].get<int64_t>();
+    EXPECT_EQ(static_cast<float>(scalars["val/auc_mean"][step]), m["val_auc_mean"].get<float>());
+    EXPECT_EQ(static_cast<float>(scalars["val/loss"][step]), m["val_loss"].get<float>());
+    for (const auto& item : m["val_auc"].items())
+      if (item.value().is_number())
+        EXPECT_EQ(static_cast<float>(scalars["val/auc/" + item.key()][step]), item.value().get<float>())
+            << item.key();
+  }
 }
 
 TEST(Schedule, WarmupThenCosine) {
