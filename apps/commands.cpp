@@ -421,7 +421,6 @@ int run_synth(const SynthArgs& args) {
   return 0;
 }
 
-<<<<<<< HEAD
 std::string version_text() {
   std::ostringstream v;
   v << "ranzcr " << RANZCR_VERSION << "\nLibTorch " << TORCH_VERSION;
@@ -440,11 +439,11 @@ std::string version_text() {
   const std::string nccl = nccl_version();
   v << "\nOpenCV " << CV_VERSION << "\nNCCL " << (nccl.empty() ? "not built in" : nccl);
   return v.str();
-=======
+}
+
 int run_plot(const PlotArgs& args) {
   for (const auto& path : write_curves(args.run_dir)) std::cout << "wrote " << path << "\n";
   return 0;
->>>>>>> tensorboard
 }
 
 int run_models() {

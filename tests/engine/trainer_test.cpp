@@ -328,6 +328,8 @@ TEST_F(TrainerTest, KeepsTheBestKEpochs) {
   EXPECT_EQ(test::read_metrics(parts).size(), 5u);
   EXPECT_EQ(kept(parts), best2(parts));
   EXPECT_EQ(kept(parts), kept(full));
+}
+
 // The PNG curves are drawn after every epoch: decodable, the expected size, not blank.
 TEST_F(TrainerTest, CurvesAreDrawnAfterTraining) {
   RunLog log(false);
