@@ -175,6 +175,11 @@ void TensorBoardWriter::epoch(const EpochRecord& r) {
   for (size_t k = 0; k < r.auc.per_class.size() && k < r.label_names.size(); ++k)
     if (r.auc.per_class[k])
       scalars.push_back({"val/auc/" + r.label_names[k], static_cast<float>(*r.auc.per_class[k])});
+  if (r.has_ema) {  // train.ema_decay: the averaged weights' validation too
+    scalars.push_back({"val/ema_loss", static_cast<float>(r.ema_val_loss)});
+    if (!std::isnan(r.ema_auc.mean))
+      scalars.push_back({"val/ema_auc_mean", static_cast<float>(r.ema_auc.mean)});
+  }
   write_scalars(r.step, scalars);
 }
 

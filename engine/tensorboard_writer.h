@@ -42,7 +42,8 @@ std::string encode_scalars_event(double wall_time, int64_t step, const std::vect
 /// (events.out.tfevents.<unix seconds>.<hostname>.<pid>.<n>), created with the first record (a finished
 /// run started again adds none) and flushed after every event so a crash leaves a readable file. Progress
 /// records give train/loss, train/lr, train/images_per_sec; epoch records give val/loss, val/auc_mean and
-/// val/auc/<label> (undefined AUCs are left out); x = optimizer step.
+/// val/auc/<label> (undefined AUCs are left out), with train.ema_decay also val/ema_loss and
+/// val/ema_auc_mean; x = optimizer step.
 class TensorBoardWriter : public MetricsWriter {
  public:
   /// Creates `dir` if needed; throws std::runtime_error when it cannot.

@@ -368,7 +368,9 @@ TEST_F(TrainerTest, TensorBoardReadsTheEventFiles) {
   RunLog log(false);
   auto coll = make_local_collectives();
   const std::string out = *dir_ / "tb";
-  train(config(out, 2), *coll, log, TrainOptions{});
+  Config c = config(out, 2);
+  c.train.ema_decay = 0.9;  // the EMA's validation goes to TensorBoard too
+  train(c, *coll, log, TrainOptions{});
   const std::string script = *dir_ / "read_tb.py";
   test::write_file(script,
                    "import sys\n"
@@ -397,6 +399,8 @@ TEST_F(TrainerTest, TensorBoardReadsTheEventFiles) {
     const int64_t step = m["step"].get<int64_t>();
     EXPECT_EQ(static_cast<float>(scalars["val/auc_mean"][step]), m["val_auc_mean"].get<float>());
     EXPECT_EQ(static_cast<float>(scalars["val/loss"][step]), m["val_loss"].get<float>());
+    EXPECT_EQ(static_cast<float>(scalars["val/ema_auc_mean"][step]), m["ema_val_auc_mean"].get<float>());
+    EXPECT_EQ(static_cast<float>(scalars["val/ema_loss"][step]), m["ema_val_loss"].get<float>());
     for (const auto& item : m["val_auc"].items())
       if (item.value().is_number())
         EXPECT_EQ(static_cast<float>(scalars["val/auc/" + item.key()][step]), item.value().get<float>())
