@@ -13,6 +13,7 @@
 
 #include "engine/cuda_support.h"
 #include "engine/metrics.h"
+#include "engine/pretrained.h"
 #include "models/registry.h"
 
 namespace fs = std::filesystem;
@@ -82,12 +83,16 @@ double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, dou
 }
 
 std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
-                                       bool channels_last) {
+                                       bool channels_last, std::string* pretrained_log) {
   ModelSpec spec;
   spec.in_channels = config.model.in_channels;
   spec.num_classes = static_cast<int>(num_classes);
   spec.dropout = config.model.dropout;
   std::shared_ptr<Classifier> model = create_model(config.model.name, spec);
+  if (!config.model.pretrained.empty()) {
+    const PretrainedReport report = load_pretrained(*model, config.model.pretrained);
+    if (pretrained_log) *pretrained_log = report.summary(config.model.pretrained);
+  }
   model->to(device);
   set_memory_format(*model, channels_last);
   return model;
@@ -293,8 +298,10 @@ void Trainer::build_model() {
   configure_device(device);
   inference_options_ = inference_options(config_, device);
   torch::manual_seed(config_.seed);
+  std::string pretrained;
   model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,
-                      inference_options_.channels_last);
+                      inference_options_.channels_last, &pretrained);
+  if (!pretrained.empty()) log_.info("pretrained: " + pretrained);
   optimizer_ = make_optimizer(config_.optim, *model_);
   meta_.model_name = config_.model.name;
   meta_.label_names = index_.label_names;
