@@ -49,8 +49,10 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
     throw std::runtime_error(path + " is not a ranzcr checkpoint (no ranzcr_format_version)");
   meta.format_version = v.toInt();
   if (meta.format_version != kCheckpointFormatVersion)
-    throw std::runtime_error(path + ": checkpoint format version " + std::to_string(meta.format_version) +
-                             " is not supported (expected " + std::to_string(kCheckpointFormatVersion) + ")");
+    throw std::runtime_error(
+        path + ": checkpoint format version " + std::to_string(meta.format_version) +
+        " is not supported (expected " + std::to_string(kCheckpointFormatVersion) + ")" +
+        (meta.format_version == 1 ? "; version 1 predates the models' timm parameter names: retrain" : ""));
   auto need = [&](const char* key) {
     c10::IValue value;
     if (!archive.try_read(key, value)) throw std::runtime_error(path + ": checkpoint lacks '" + key + "'");

@@ -12,7 +12,8 @@
 
 namespace ranzcr {
 
-constexpr int64_t kCheckpointFormatVersion = 1;
+// 2: ResNet and EfficientNet parameters carry timm's names (version 1 held torchvision-style names).
+constexpr int64_t kCheckpointFormatVersion = 2;
 
 struct CheckpointMeta {
   int64_t format_version = kCheckpointFormatVersion;

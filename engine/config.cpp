@@ -47,6 +47,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.name", c.model.name);
   v("model.in_channels", c.model.in_channels);
   v("model.dropout", c.model.dropout);
+  v("model.pretrained", c.model.pretrained);
   auto& o = c.optim;
   v("optim.name", o.name);
   v("optim.lr", o.lr);

@@ -18,6 +18,7 @@ struct ModelConfig {
   std::string name = "resnet18";  // registry name (see `ranzcr models`)
   int in_channels = 1;            // 1 = grayscale input
   double dropout = 0.0;           // dropout before the classifier
+  std::string pretrained;         // timm-named .safetensors weights to start from ("" = from scratch)
 };
 
 struct OptimConfig {

@@ -14,6 +14,7 @@
 #include "engine/cuda_support.h"
 #include "engine/curves.h"
 #include "engine/metrics.h"
+#include "engine/pretrained.h"
 #include "engine/tensorboard_writer.h"
 #include "models/registry.h"
 
@@ -84,12 +85,16 @@ double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, dou
 }
 
 std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
-                                       bool channels_last) {
+                                       bool channels_last, std::string* pretrained_log) {
   ModelSpec spec;
   spec.in_channels = config.model.in_channels;
   spec.num_classes = static_cast<int>(num_classes);
   spec.dropout = config.model.dropout;
   std::shared_ptr<Classifier> model = create_model(config.model.name, spec);
+  if (!config.model.pretrained.empty()) {
+    const PretrainedReport report = load_pretrained(*model, config.model.pretrained);
+    if (pretrained_log) *pretrained_log = report.summary(config.model.pretrained);
+  }
   model->to(device);
   set_memory_format(*model, channels_last);
   return model;
@@ -295,11 +300,15 @@ void Trainer::build_model() {
   configure_device(device);
   inference_options_ = inference_options(config_, device);
   torch::manual_seed(config_.seed);
+  std::string pretrained;
   model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,
-                      inference_options_.channels_last);
+                      inference_options_.channels_last, &pretrained);
+  if (!pretrained.empty()) log_.info("pretrained: " + pretrained);
   optimizer_ = make_optimizer(config_.optim, *model_);
   if (config_.train.ema_decay > 0) {
-    ema_model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,
+    Config shadow = config_;  // its weights come from the model (ModelEma copies them)
+    shadow.model.pretrained.clear();
+    ema_model_ = make_model(shadow, static_cast<int64_t>(index_.num_labels()), device,
                             inference_options_.channels_last);
     EmaOptions eo;
     eo.decay = config_.train.ema_decay;

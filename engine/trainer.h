@@ -66,9 +66,10 @@ InferenceOptions inference_options(const Config& config, torch::Device device, b
 /// val_fraction holdout; grouped by the index's groups, seeded by `seed`.
 Split validation_split(const Config& config, const DatasetIndex& index);
 
-/// The config's model with `num_classes` outputs on `device`, in NHWC when `channels_last`.
+/// The config's model with `num_classes` outputs on `device`, in NHWC when `channels_last`, with the
+/// weights of model.pretrained when set (see load_pretrained); `pretrained_log` gets what was loaded.
 std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
-                                       bool channels_last);
+                                       bool channels_last, std::string* pretrained_log = nullptr);
 /// AdamW or SGD (Nesterov) over `model`'s parameters, per optim.*.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model);
 /// The step policy the config asks for on `device` (precision resolved).

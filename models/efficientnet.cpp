@@ -1,5 +1,9 @@
-// EfficientNet-B0..B7 (Tan & Le 2019) by compound scaling of the B0 stages, in torchvision's layout:
-// MBConv blocks (expand 1x1, depthwise kxk, squeeze-excitation, project 1x1), SiLU, stochastic depth.
+// EfficientNet-B0..B7 (Tan & Le 2019) by compound scaling of the B0 stages: MBConv blocks (expand 1x1,
+// depthwise kxk, squeeze-excitation, project 1x1), SiLU, stochastic depth. Parameter and buffer names and
+// shapes are timm's (efficientnet.py, _efficientnet_blocks.py: conv_stem, bn1, blocks.S.B.*, conv_head,
+// bn2, classifier), so timm weights load by name (tests/models/timm_keys/). Modules are registered in the
+// order of the earlier torchvision-named layout, which fixes the order of the seeded initialisation (same
+// seed, same weights as before).
 #include <torch/torch.h>
 
 #include <cmath>
@@ -18,49 +22,63 @@ int64_t make_divisible(double v, int64_t divisor = 8) {
   return n;
 }
 
-class ConvBnAct : public nn::Module {
+nn::Conv2d conv2d(int64_t in, int64_t out, int64_t k, int64_t stride = 1, int64_t groups = 1) {
+  return nn::Conv2d(
+      nn::Conv2dOptions(in, out, k).stride(stride).padding((k - 1) / 2).groups(groups).bias(false));
+}
+
+/// timm's SqueezeExcite: global average pool, conv_reduce (1x1, bias), SiLU, conv_expand (1x1, bias),
+/// sigmoid gate.
+class SqueezeExcite : public nn::Module {
  public:
-  ConvBnAct(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups, bool act) : act_(act) {
-    conv_ = register_module(
-        "conv",
-        nn::Conv2d(
-            nn::Conv2dOptions(in, out, k).stride(stride).padding((k - 1) / 2).groups(groups).bias(false)));
-    bn_ = register_module("bn", nn::BatchNorm2d(out));
+  SqueezeExcite(int64_t channels, int64_t reduced) {
+    conv_reduce_ = register_module("conv_reduce", nn::Conv2d(nn::Conv2dOptions(channels, reduced, 1)));
+    conv_expand_ = register_module("conv_expand", nn::Conv2d(nn::Conv2dOptions(reduced, channels, 1)));
   }
   torch::Tensor forward(torch::Tensor x) {
-    x = bn_->forward(conv_->forward(x));
-    return act_ ? torch::silu(x) : x;
+    torch::Tensor s = torch::adaptive_avg_pool2d(x, {1, 1});
+    return x * torch::sigmoid(conv_expand_->forward(torch::silu(conv_reduce_->forward(s))));
   }
 
  private:
-  bool act_;
-  nn::Conv2d conv_{nullptr};
-  nn::BatchNorm2d bn_{nullptr};
+  nn::Conv2d conv_reduce_{nullptr}, conv_expand_{nullptr};
 };
 
-std::shared_ptr<ConvBnAct> conv_bn(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups,
-                                   bool act) {
-  return std::make_shared<ConvBnAct>(in, out, k, stride, groups, act);
-}
-
+/// timm's InvertedResidual (conv_pw, bn1, conv_dw, bn2, se, conv_pwl, bn3) or, without expansion,
+/// DepthwiseSeparableConv (conv_dw, bn1, se, conv_pw, bn2). The squeeze width is a quarter of the block's
+/// input channels (timm: se_ratio 0.25 of the input, not of the expanded width).
 class MBConv : public nn::Module {
  public:
   MBConv(int64_t in, int64_t out, int64_t expand_ratio, int64_t k, int64_t stride, double drop_path)
       : residual_(stride == 1 && in == out), drop_path_(drop_path) {
     const int64_t expanded = make_divisible(static_cast<double>(in * expand_ratio));
-    if (expanded != in) block_->push_back(conv_bn(in, expanded, 1, 1, 1, true));
-    block_->push_back(conv_bn(expanded, expanded, k, stride, expanded, true));
-    const int64_t squeeze = std::max<int64_t>(1, in / 4);
-    se_fc1_ = register_module("se_fc1", nn::Conv2d(nn::Conv2dOptions(expanded, squeeze, 1)));
-    se_fc2_ = register_module("se_fc2", nn::Conv2d(nn::Conv2dOptions(squeeze, expanded, 1)));
-    project_ = register_module("project", conv_bn(expanded, out, 1, 1, 1, false));
-    register_module("block", block_);
+    expand_ = expanded != in;
+    // Constructed in the order expand, depthwise, SE, project (each conv draws its default init).
+    if (expand_) {
+      conv_expand_ = conv2d(in, expanded, 1);
+      bn_expand_ = nn::BatchNorm2d(expanded);
+    }
+    conv_dw_ = conv2d(expanded, expanded, k, stride, expanded);
+    bn_dw_ = nn::BatchNorm2d(expanded);
+    se_ = std::make_shared<SqueezeExcite>(expanded, std::max<int64_t>(1, in / 4));
+    conv_project_ = conv2d(expanded, out, 1);
+    bn_project_ = nn::BatchNorm2d(out);
+    // Registered in the order SE, project, expand, depthwise: the earlier layout's, which the
+    // re-initialisation in EfficientNet follows.
+    register_module("se", se_);
+    register_module(expand_ ? "conv_pwl" : "conv_pw", conv_project_);
+    register_module(expand_ ? "bn3" : "bn2", bn_project_);
+    if (expand_) {
+      register_module("conv_pw", conv_expand_);
+      register_module("bn1", bn_expand_);
+    }
+    register_module("conv_dw", conv_dw_);
+    register_module(expand_ ? "bn2" : "bn1", bn_dw_);
   }
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor y = block_->forward(x);
-    torch::Tensor s = torch::adaptive_avg_pool2d(y, {1, 1});
-    s = torch::sigmoid(se_fc2_->forward(torch::silu(se_fc1_->forward(s))));
-    y = project_->forward(y * s);
+    torch::Tensor y = expand_ ? torch::silu(bn_expand_->forward(conv_expand_->forward(x))) : x;
+    y = torch::silu(bn_dw_->forward(conv_dw_->forward(y)));
+    y = bn_project_->forward(conv_project_->forward(se_->forward(y)));
     if (!residual_) return y;
     if (is_training() && drop_path_ > 0.0) {  // stochastic depth, per sample
       const double keep = 1.0 - drop_path_;
@@ -71,10 +89,11 @@ class MBConv : public nn::Module {
 
  private:
   bool residual_;
+  bool expand_ = false;
   double drop_path_;
-  nn::Sequential block_;
-  nn::Conv2d se_fc1_{nullptr}, se_fc2_{nullptr};
-  std::shared_ptr<ConvBnAct> project_;
+  nn::Conv2d conv_expand_{nullptr}, conv_dw_{nullptr}, conv_project_{nullptr};
+  nn::BatchNorm2d bn_expand_{nullptr}, bn_dw_{nullptr}, bn_project_{nullptr};
+  std::shared_ptr<SqueezeExcite> se_;
 };
 
 class EfficientNet : public Classifier {
@@ -90,20 +109,26 @@ class EfficientNet : public Classifier {
     auto reps = [&](int64_t n) { return static_cast<int64_t>(std::ceil(n * depth)); };
     int64_t total = 0;
     for (const auto& s : b0) total += reps(s.layers);
-    features_->push_back(conv_bn(spec.in_channels, ch(32), 3, 2, 1, true));
+    conv_stem_ = register_module("conv_stem", conv2d(spec.in_channels, ch(32), 3, 2));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(ch(32)));
     int64_t block_id = 0, in = ch(32);
     for (const auto& s : b0) {
+      nn::Sequential stage;
       for (int64_t i = 0; i < reps(s.layers); ++i) {
         const double drop = 0.2 * static_cast<double>(block_id++) / static_cast<double>(total);
-        features_->push_back(
+        stage->push_back(
             std::make_shared<MBConv>(in, ch(s.out), s.expand, s.kernel, i == 0 ? s.stride : 1, drop));
         in = ch(s.out);
       }
+      blocks_->push_back(stage);
+      stages_.push_back(stage);
     }
-    features_->push_back(conv_bn(in, 4 * in, 1, 1, 1, true));
-    register_module("features", features_);
+    register_module("blocks", blocks_);
+    const int64_t features = ch(1280);  // = 4 * ch(320) for B0..B7
+    conv_head_ = register_module("conv_head", conv2d(in, features, 1));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(features));
     dropout_ = register_module("dropout", nn::Dropout(spec.dropout));
-    fc_ = register_module("classifier", nn::Linear(4 * in, spec.num_classes));
+    fc_ = register_module("classifier", nn::Linear(features, spec.num_classes));
     for (auto& m : modules(/*include_self=*/false)) {
       if (auto* c = m->as<nn::Conv2d>()) {
         nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut);
@@ -115,12 +140,18 @@ class EfficientNet : public Classifier {
     nn::init::zeros_(fc_->bias);
   }
   torch::Tensor forward(torch::Tensor x) override {
-    x = torch::adaptive_avg_pool2d(features_->forward(x), {1, 1}).flatten(1);
+    x = torch::silu(bn1_->forward(conv_stem_->forward(x)));
+    for (auto& stage : stages_) x = stage->forward(x);
+    x = torch::silu(bn2_->forward(conv_head_->forward(x)));
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc_->forward(dropout_->forward(x));
   }
 
  private:
-  nn::Sequential features_;
+  nn::Conv2d conv_stem_{nullptr}, conv_head_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  nn::ModuleList blocks_;               // "blocks": the stages, by index
+  std::vector<nn::Sequential> stages_;  // the same stages, each a Sequential of MBConv blocks
   nn::Dropout dropout_{nullptr};
   nn::Linear fc_{nullptr};
 };

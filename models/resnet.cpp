@@ -1,5 +1,9 @@
-// ResNet (He et al. 2016, torchvision layout) and ResNet-D (He et al. 2019, "Bag of Tricks"; timm's
-// resnet*d: deep 3-conv stem of width 32, average-pool downsampling in the shortcut).
+// ResNet (He et al. 2016) and ResNet-D (He et al. 2019, "Bag of Tricks"; timm's resnet*d: deep 3-conv
+// stem of width 32, average-pool downsampling in the shortcut), in timm's layout: parameter and buffer
+// names and shapes equal timm's resnet.py (conv1/bn1 or conv1.0/.1/.3/.4/.6 + bn1, layerN.B.convK/bnK,
+// downsample.0/.1 or, with average pooling, downsample.1/.2, fc), so timm weights load by name
+// (tests/models/timm_keys/). Modules are registered in the order of the earlier torchvision-named
+// layout, which fixes the order of the seeded initialisation (same seed, same weights as before).
 #include <torch/torch.h>
 
 #include <stdexcept>
@@ -32,9 +36,13 @@ class Block : public nn::Module {
     bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
     bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
     if (stride != 1 || in != out) {
-      if (avg_down && stride != 1)
-        downsample_->push_back(
-            nn::AvgPool2d(nn::AvgPool2dOptions(2).stride(stride).ceil_mode(true).count_include_pad(false)));
+      if (avg_down) {  // timm: downsample.0 is the pool, an identity at stride 1, so the conv is .1
+        if (stride != 1)
+          downsample_->push_back(
+              nn::AvgPool2d(nn::AvgPool2dOptions(2).stride(stride).ceil_mode(true).count_include_pad(false)));
+        else
+          downsample_->push_back(nn::Identity());
+      }
       downsample_->push_back(conv(in, out, 1, avg_down ? 1 : stride));
       downsample_->push_back(nn::BatchNorm2d(out));
       register_module("downsample", downsample_);
@@ -58,21 +66,20 @@ class Block : public nn::Module {
 class ResNet : public Classifier {
  public:
   ResNet(const std::vector<int64_t>& layers, bool bottleneck, bool variant_d, const ModelSpec& spec) {
-    if (variant_d) {  // deep stem: 3x3/2 (32) -> 3x3 (32) -> 3x3 (64)
-      stem_->push_back(conv(spec.in_channels, 32, 3, 2));
-      stem_->push_back(nn::BatchNorm2d(32));
-      stem_->push_back(nn::ReLU(true));
-      stem_->push_back(conv(32, 32, 3));
-      stem_->push_back(nn::BatchNorm2d(32));
-      stem_->push_back(nn::ReLU(true));
-      stem_->push_back(conv(32, 64, 3));
+    if (variant_d) {  // deep stem: 3x3/2 (32) -> 3x3 (32) -> 3x3 (64), timm's conv1.0 ... conv1.6
+      deep_stem_ = nn::Sequential();  // one push_back per statement: the construction order seeds the init
+      deep_stem_->push_back(conv(spec.in_channels, 32, 3, 2));
+      deep_stem_->push_back(nn::BatchNorm2d(32));
+      deep_stem_->push_back(nn::ReLU(true));
+      deep_stem_->push_back(conv(32, 32, 3));
+      deep_stem_->push_back(nn::BatchNorm2d(32));
+      deep_stem_->push_back(nn::ReLU(true));
+      deep_stem_->push_back(conv(32, 64, 3));
+      register_module("conv1", deep_stem_);
     } else {
-      stem_->push_back(conv(spec.in_channels, 64, 7, 2));
+      conv1_ = register_module("conv1", conv(spec.in_channels, 64, 7, 2));
     }
-    stem_->push_back(nn::BatchNorm2d(64));
-    stem_->push_back(nn::ReLU(true));
-    stem_->push_back(nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
-    register_module("stem", stem_);
+    bn1_ = register_module("bn1", nn::BatchNorm2d(64));
     int64_t in = 64;
     for (size_t i = 0; i < layers.size(); ++i) {
       nn::Sequential stage;
@@ -92,14 +99,17 @@ class ResNet : public Classifier {
     }
   }
   torch::Tensor forward(torch::Tensor x) override {
-    x = stem_->forward(x);
+    x = deep_stem_ ? deep_stem_->forward(x) : conv1_->forward(x);
+    x = torch::max_pool2d(torch::relu(bn1_->forward(x)), /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
     for (auto& s : stages_) x = s->forward(x);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc_->forward(dropout_->forward(x));
   }
 
  private:
-  nn::Sequential stem_;
+  nn::Sequential deep_stem_{nullptr};  // ResNet-D: conv1 is this 3-conv stem
+  nn::Conv2d conv1_{nullptr};          // otherwise a 7x7/2 conv
+  nn::BatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
   nn::Dropout dropout_{nullptr};
   nn::Linear fc_{nullptr};

@@ -1,0 +1,31 @@
+// model.pretrained: timm-named weights from a .safetensors file loaded into a zoo model by name.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <string>
+#include <vector>
+
+namespace ranzcr {
+
+/// What load_pretrained did, for the log.
+struct PretrainedReport {
+  int64_t loaded = 0;                      // tensors copied into the model
+  std::string adapted_input_conv;          // "conv1.weight: 3 -> 1 channels" when the first conv was adapted
+  std::vector<std::string> reinitialised;  // classifier tensors left as initialised (their shape differs)
+  /// One line: "N tensors from PATH; ...".
+  std::string summary(const std::string& path) const;
+};
+
+/// Copies the tensors of the safetensors file `path` (timm's names, any float dtype, an optional
+/// "module." prefix) into `model`'s parameters and buffers of the same names:
+/// - the first conv (the model's first 4-D parameter) is adapted to the model's input channels as timm's
+///   adapt_input_conv does: RGB summed for one channel, repeated and scaled by 3/C for C channels;
+/// - the classifier (the module of the model's last 2-D parameter) keeps its fresh initialisation when
+///   its shape differs (another number of classes);
+/// - BatchNorm's num_batches_tracked may be absent.
+/// Anything else missing, unexpected or of another shape throws one std::runtime_error listing all of it,
+/// before the model is changed. A torch.save'd file (a zip archive) is refused with how to convert it.
+PretrainedReport load_pretrained(torch::nn::Module& model, const std::string& path);
+
+}  // namespace ranzcr
