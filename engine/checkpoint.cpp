@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iomanip>
 #include <sstream>
 #include <stdexcept>
 
@@ -114,6 +115,12 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+std::string epoch_checkpoint_path(const std::string& dir, const std::string& prefix, int64_t epoch) {
+  std::ostringstream name;
+  name << dir << "/" << prefix << std::setw(3) << std::setfill('0') << epoch << ".pt";
+  return name.str();
 }
 
 void append_line(const std::string& path, const std::string& line) {

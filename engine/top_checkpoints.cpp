@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <iomanip>
-#include <sstream>
 
 #include "engine/checkpoint.h"
 
@@ -13,9 +11,7 @@ namespace fs = std::filesystem;
 namespace ranzcr {
 
 std::string TopCheckpoints::path(int64_t epoch) const {
-  std::ostringstream name;
-  name << dir_ << "/top_epoch_" << std::setw(3) << std::setfill('0') << epoch << ".pt";
-  return name.str();
+  return epoch_checkpoint_path(dir_, "top_epoch_", epoch);
 }
 
 void TopCheckpoints::scan(int64_t epoch) {

@@ -458,8 +458,7 @@ std::vector<int64_t> Trainer::epoch_rows(int64_t epoch) {
 TrainSummary Trainer::fit() {
   summary_.best_auc = meta_.best_metric;
   summary_.epochs = meta_.epoch;
-  const int patience = config_.train.early_stop_patience;
-  const bool early_stopped = patience > 0 && meta_.epochs_since_best >= patience;
+  const bool early_stopped = early_stop_due();
   if (meta_.epoch >= config_.train.epochs || early_stopped) {
     summary_.already_finished = true;
     log_.info("nothing to train: the run in " + out_dir_ + " has finished (" + std::to_string(meta_.epoch) +
@@ -586,6 +585,11 @@ void Trainer::stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_
             "/last.pt (run the same command again to continue)");
 }
 
+bool Trainer::early_stop_due() const {
+  const int patience = config_.train.early_stop_patience;
+  return patience > 0 && meta_.epochs_since_best >= patience;
+}
+
 bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time_point start) {
   if (options_.before_validation) options_.before_validation(epoch);
   EpochRecord r;
@@ -600,9 +604,7 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   if (r.improved) meta_.best_metric = metric;
   meta_.epochs_since_best = r.improved ? 0 : meta_.epochs_since_best + 1;
   // Early stopping: rank 0 decides and tells everyone, so no rank waits for the others forever.
-  const int patience = config_.train.early_stop_patience;
-  torch::Tensor stop_early =
-      torch::tensor({patience > 0 && meta_.epochs_since_best >= patience ? 1.0 : 0.0}, torch::kDouble);
+  torch::Tensor stop_early = torch::tensor({early_stop_due() ? 1.0 : 0.0}, torch::kDouble);
   collectives_.broadcast(stop_early, 0);
   meta_.epoch = epoch + 1;
   meta_.epoch_batches_done = 0;
@@ -632,15 +634,18 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
 
 int64_t Trainer::validate(EpochRecord& r) {
   sync_buffers();
-  const InferenceResult val = run_inference(*model_, index_, split_.val, inference_options_, collectives_);
-  r.val_loss = torch::binary_cross_entropy_with_logits(val.logits, val.labels).item<double>();
-  r.auc = multilabel_auc(val.logits, val.labels, index_.label_names);
+  auto score = [&](Classifier& model, double* loss, AucReport* auc) {
+    const InferenceResult v = run_inference(model, index_, split_.val, inference_options_, collectives_);
+    *loss = torch::binary_cross_entropy_with_logits(v.logits, v.labels).item<double>();
+    *auc = multilabel_auc(v.logits, v.labels, index_.label_names);
+    return v;
+  };
+  const InferenceResult val = score(*model_, &r.val_loss, &r.auc);
   r.val_images = val.rows.size(0);
-  if (!ema_) return val.skipped;
-  const InferenceResult e = run_inference(*ema_model_, index_, split_.val, inference_options_, collectives_);
-  r.has_ema = true;
-  r.ema_val_loss = torch::binary_cross_entropy_with_logits(e.logits, e.labels).item<double>();
-  r.ema_auc = multilabel_auc(e.logits, e.labels, index_.label_names);
+  if (ema_) {
+    score(*ema_model_, &r.ema_val_loss, &r.ema_auc);
+    r.has_ema = true;
+  }
   return val.skipped;
 }
 
@@ -648,9 +653,7 @@ std::vector<std::string> Trainer::checkpoint_paths(bool improved) const {
   std::vector<std::string> paths = {ckpt_dir_ + "/last.pt"};
   if (improved) paths.push_back(ckpt_dir_ + "/best.pt");
   if (config_.output.keep_every > 0 && meta_.epoch % config_.output.keep_every == 0) {
-    std::ostringstream name;
-    name << ckpt_dir_ << "/epoch_" << std::setw(3) << std::setfill('0') << meta_.epoch << ".pt";
-    paths.push_back(name.str());
+    paths.push_back(epoch_checkpoint_path(ckpt_dir_, "epoch_", meta_.epoch));
   }
   return paths;
 }

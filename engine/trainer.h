@@ -127,6 +127,8 @@ class Trainer {
   std::string divergence_message(int64_t epoch) const;
   void stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_batches);
   /// Validates, records the epoch and saves its checkpoints; true when early stopping ends the run.
+  /// train.early_stop_patience epochs passed without a better metric.
+  bool early_stop_due() const;
   bool finish_epoch(int64_t epoch, const EpochTotals& totals, std::chrono::steady_clock::time_point start);
   /// Validates the model (and the EMA weights) into `r`; returns the unreadable images skipped.
   int64_t validate(EpochRecord& r);

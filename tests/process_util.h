@@ -78,13 +78,19 @@ inline std::vector<pid_t> processes_mentioning(const std::string& marker) {
   return out;
 }
 
-inline bool wait_for_file(const std::string& path, double timeout) {
+/// Polls `ready` every 20 ms until it holds; false after `timeout` seconds.
+template <class Predicate>
+bool wait_until(Predicate ready, double timeout) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
   while (Clock::now() < deadline) {
-    if (std::filesystem::exists(path)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
+}
+
+inline bool wait_for_file(const std::string& path, double timeout) {
+  return wait_until([&] { return std::filesystem::exists(path); }, timeout);
 }
 
 /// The value of `key` in the environment of process `pid` ("" when absent or unreadable).
@@ -103,12 +109,7 @@ inline std::string process_env(pid_t pid, const std::string& key) {
 
 /// Waits until the file at `path` contains `text`; false after `timeout` seconds.
 inline bool wait_for_text(const std::string& path, const std::string& text, double timeout) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
-  while (Clock::now() < deadline) {
-    if (read_file(path).find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
+  return wait_until([&] { return read_file(path).find(text) != std::string::npos; }, timeout);
 }
 
 }  // namespace ranzcr::test

@@ -37,6 +37,22 @@ class TrainerTest : public ::testing::Test {
 };
 test::TempDir* TrainerTest::dir_ = nullptr;
 
+// Parameters and buffers of two modules of one architecture are identical.
+void expect_same_state(torch::nn::Module& a, torch::nn::Module& b) {
+  const auto pb = b.named_parameters();
+  for (const auto& kv : a.named_parameters()) EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
+  const auto bb = b.named_buffers();
+  for (const auto& kv : a.named_buffers()) EXPECT_TRUE(torch::equal(kv.value(), bb[kv.key()])) << kv.key();
+}
+
+// The weights of two checkpoints are identical.
+void expect_same_weights(const std::string& a_path, const std::string& b_path, ModelSpec spec = {}) {
+  auto a = create_model("tiny_cnn", spec), b = create_model("tiny_cnn", spec);
+  load_checkpoint(a_path, *a, nullptr);
+  load_checkpoint(b_path, *b, nullptr);
+  expect_same_state(*a, *b);
+}
+
 TEST_F(TrainerTest, LossFallsAndRunFolderIsComplete) {
   RunLog log(true);
   auto coll = make_local_collectives();
@@ -71,13 +87,7 @@ TEST_F(TrainerTest, ResumeFromEpoch2EqualsTheUninterruptedRun) {
   opts.resume_path = full + "/checkpoints/epoch_002.pt";
   train(r, *coll, log, opts);
 
-  auto a = create_model("tiny_cnn", ModelSpec{}), b = create_model("tiny_cnn", ModelSpec{});
-  load_checkpoint(full + "/checkpoints/last.pt", *a, nullptr);
-  load_checkpoint(resumed + "/checkpoints/last.pt", *b, nullptr);
-  const auto pa = a->named_parameters(), pb = b->named_parameters();
-  for (const auto& kv : pa) EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
-  const auto ba = a->named_buffers(), bb = b->named_buffers();
-  for (const auto& kv : ba) EXPECT_TRUE(torch::equal(kv.value(), bb[kv.key()])) << kv.key();
+  expect_same_weights(full + "/checkpoints/last.pt", resumed + "/checkpoints/last.pt");
   EXPECT_DOUBLE_EQ(test::read_metrics(full)[3]["val_auc_mean"].get<double>(),
                    test::read_metrics(resumed).back()["val_auc_mean"].get<double>());
 }
@@ -97,16 +107,6 @@ TEST_F(TrainerTest, EarlyStoppingEndsTheRun) {
   for (size_t i = 0; i + 1 < m.size(); ++i)
     best_before = std::max(best_before, m[i]["val_auc_mean"].get<double>());
   EXPECT_LE(m.back()["val_auc_mean"].get<double>(), best_before);  // the last epoch did not improve
-}
-
-// Weights and buffers of two checkpoints are identical.
-void expect_same_weights(const std::string& a_path, const std::string& b_path, ModelSpec spec = {}) {
-  auto a = create_model("tiny_cnn", spec), b = create_model("tiny_cnn", spec);
-  load_checkpoint(a_path, *a, nullptr);
-  load_checkpoint(b_path, *b, nullptr);
-  const auto pb = b->named_parameters();
-  for (const auto& kv : a->named_parameters())
-    EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
 }
 
 // A stop asked for before the first step ends the run right after it, mid-epoch, with last.pt saved;
@@ -260,11 +260,7 @@ TEST_F(TrainerTest, EmaIsValidatedSavedAndResumedExactly) {
     return m;
   };
   auto a = ema_of(full + "/checkpoints/last.pt"), b = ema_of(resumed + "/checkpoints/last.pt");
-  const auto pb = b->named_parameters();
-  for (const auto& kv : a->named_parameters())
-    EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
-  const auto bb = b->named_buffers();
-  for (const auto& kv : a->named_buffers()) EXPECT_TRUE(torch::equal(kv.value(), bb[kv.key()])) << kv.key();
+  expect_same_state(*a, *b);
   // The EMA differs from the raw weights it averages.
   auto raw = create_model("tiny_cnn", ModelSpec{});
   load_checkpoint(full + "/checkpoints/last.pt", *raw, nullptr);
