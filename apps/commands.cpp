@@ -34,6 +34,7 @@
 #include "engine/metrics.h"
 #include "engine/precision.h"
 #include "engine/run_log.h"
+#include "engine/trained_model.h"
 #include "engine/trainer.h"
 #include "models/registry.h"
 
@@ -114,26 +115,27 @@ void ensure_dataset(const Config& config, RunLog& log) {
   generate_synthetic(root.string(), config.synth, hardware_threads(), print_progress);
 }
 
-// The config for evaluate/predict: the given file, or the checkpoint's own resolved config.
-Config eval_config(const EvalArgs& args, const CheckpointMeta& meta) {
-  if (!args.config.empty()) return load_config(args.config, args.sets);
-  return parse_config(meta.config_yaml, args.checkpoint + " (embedded config)", args.sets);
+// The config for evaluate/predict: the given file, or the training run's own resolved config. The model
+// section is always the trained model's own (its name, channels and input normalisation).
+Config eval_config(const EvalArgs& args, const TrainedModelInfo& info) {
+  Config config;
+  if (!args.config.empty()) {
+    config = load_config(args.config, args.sets);
+  } else if (info.config_yaml.empty()) {
+    throw std::runtime_error(args.checkpoint + " holds no training config: pass --config");
+  } else {
+    config = parse_config(info.config_yaml, args.checkpoint + " (embedded config)", args.sets);
+  }
+  config.model = info.model;
+  config.data.label_columns = info.label_names;
+  return config;
 }
 
-std::shared_ptr<Classifier> load_model(CheckpointReader& reader, const Config& config, torch::Device device) {
-  const CheckpointMeta& meta = reader.meta();
-  ModelSpec spec;
-  spec.in_channels = config.model.in_channels;
-  spec.num_classes = static_cast<int>(meta.label_names.size());
-  spec.dropout = config.model.dropout;
-  auto model = create_model(meta.model_name, spec);
-  model->to(device);
-  reader.restore(*model, nullptr);
-  if (reader.has_ema()) reader.restore_ema(*model);  // the averaged weights: validated, chosen, deployed
-  set_memory_format(*model, resolve_channels_last(config.train.channels_last, device));
+// A checkpoint or exported file, ready for inference on `device`.
+TrainedModel load_for_inference(const EvalArgs& args, const torch::Device& device) {
+  TrainedModel trained = load_trained_model(args.checkpoint, device);
   configure_device(device);
-  model->eval();
-  return model;
+  return trained;
 }
 
 std::atomic<int> g_stop_signal{0};
@@ -302,8 +304,8 @@ int run_bench(const BenchArgs& args) {
 
 int run_evaluate(const EvalArgs& args) {
   const torch::Device device = worker_device(WorldInfo{});
-  CheckpointReader reader(args.checkpoint, device);
-  const CheckpointMeta& meta = reader.meta();
+  TrainedModel trained = load_for_inference(args, device);
+  const TrainedModelInfo& meta = trained.info;
   Config config = eval_config(args, meta);
   apply_threads(config);
   RunLog log(true);
@@ -325,10 +327,10 @@ int run_evaluate(const EvalArgs& args) {
     rows = validation_split(config, index).val;
     source = "validation split of " + train_csv_path(config.data);
   }
-  auto model = load_model(reader, config, device);
+  set_memory_format(*trained.model, resolve_channels_last(config.train.channels_last, device));
   auto collectives = make_local_collectives();
   const InferenceResult r =
-      run_inference(*model, index, rows, inference_options(config, device, args.tta), *collectives);
+      run_inference(*trained.model, index, rows, inference_options(config, device, args.tta), *collectives);
   const double loss = torch::binary_cross_entropy_with_logits(r.logits, r.labels).item<double>();
   const AucReport auc = multilabel_auc(r.logits, r.labels, meta.label_names);
 
@@ -356,6 +358,7 @@ int run_evaluate(const EvalArgs& args) {
     j["num_images"] = r.rows.size(0);
     j["checkpoint"] = args.checkpoint;
     j["epoch"] = meta.epoch;
+    j["weights"] = meta.ema ? "ema" : "model";
     j["source"] = source;
     j["tta_hflip"] = args.tta || config.train.tta_hflip;
     write_file_atomic(args.out, j.dump(2) + "\n");
@@ -366,8 +369,8 @@ int run_evaluate(const EvalArgs& args) {
 
 int run_predict(const EvalArgs& args) {
   const torch::Device device = worker_device(WorldInfo{});
-  CheckpointReader reader(args.checkpoint, device);
-  const CheckpointMeta& meta = reader.meta();
+  TrainedModel trained = load_for_inference(args, device);
+  const TrainedModelInfo& meta = trained.info;
   Config config = eval_config(args, meta);
   apply_threads(config);
   RunLog log(true);
@@ -383,11 +386,11 @@ int run_predict(const EvalArgs& args) {
   index.label_names = meta.label_names;
   std::vector<int64_t> rows(index.size());
   std::iota(rows.begin(), rows.end(), 0);
-  auto model = load_model(reader, config, device);
+  set_memory_format(*trained.model, resolve_channels_last(config.train.channels_last, device));
   auto collectives = make_local_collectives();
   log.info("predict: " + std::to_string(index.size()) + " images from " + args.images);
   const InferenceResult r =
-      run_inference(*model, index, rows, inference_options(config, device, args.tta), *collectives);
+      run_inference(*trained.model, index, rows, inference_options(config, device, args.tta), *collectives);
   const torch::Tensor probs = torch::sigmoid(r.logits).contiguous();
   std::ostringstream csv;
   csv << config.data.id_column;
@@ -443,6 +446,17 @@ std::string version_text() {
 
 int run_plot(const PlotArgs& args) {
   for (const auto& path : write_curves(args.run_dir)) std::cout << "wrote " << path << "\n";
+  return 0;
+}
+
+int run_export(const ExportArgs& args) {
+  const TrainedModel trained = load_trained_model(args.checkpoint, torch::kCPU);
+  const TrainedModelInfo& info = trained.info;
+  const int64_t n = export_safetensors(trained, args.out);
+  std::cout << "wrote " << args.out << ": " << info.model.name << ", " << n << " tensors ("
+            << (info.ema ? "the EMA weights" : "the model's weights") << " after epoch " << info.epoch
+            << "), " << info.label_names.size() << " labels, " << info.model.in_channels << " input channel"
+            << (info.model.in_channels == 1 ? "" : "s") << "\n";
   return 0;
 }
 

@@ -48,6 +48,11 @@ struct PlotArgs {
   std::string run_dir;  // a run folder (output.dir) holding metrics.jsonl
 };
 
+struct ExportArgs {
+  std::string checkpoint;  // a ranzcr checkpoint (or an exported file)
+  std::string out;         // the .safetensors file to write
+};
+
 int run_train(const TrainArgs& args);
 int run_evaluate(const EvalArgs& args);
 int run_predict(const EvalArgs& args);
@@ -55,6 +60,7 @@ int run_bench(const BenchArgs& args);
 int run_synth(const SynthArgs& args);
 /// Redraws the PNG training curves of a run folder from its metrics.jsonl.
 int run_plot(const PlotArgs& args);
+int run_export(const ExportArgs& args);
 int run_models();
 /// `ranzcr --version`: this program's version and those of LibTorch (with CUDA/cuDNN), OpenCV and NCCL.
 std::string version_text();

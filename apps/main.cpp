@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   ranzcr::SynthArgs synth;
   ranzcr::BenchArgs bench;
   ranzcr::PlotArgs plot;
+  ranzcr::ExportArgs exp;
 
   auto* t = app.add_subcommand("train", "Train a model from a YAML config");
   t->add_option("--config", train.config, "YAML config file")->required();
@@ -47,7 +48,8 @@ int main(int argc, char** argv) {
   auto* e = app.add_subcommand("evaluate", "Score a checkpoint: per-label and mean ROC AUC, loss");
   e->add_option("--config", eval.config, "YAML config (default: the checkpoint's resolved config)");
   e->add_option("--set", eval.sets, "Override a config key");
-  e->add_option("--checkpoint", eval.checkpoint, "Checkpoint file")->required();
+  e->add_option("--checkpoint", eval.checkpoint, "Checkpoint (.pt) or exported .safetensors file")
+      ->required();
   e->add_option("--csv", eval.csv, "Labelled CSV to evaluate on (default: the config's validation split)");
   e->add_option("--images", eval.images, "Image folder for --csv");
   e->add_option("--out", eval.out, "Write metrics JSON here");
@@ -56,7 +58,8 @@ int main(int argc, char** argv) {
   auto* p = app.add_subcommand("predict", "Write a Kaggle submission CSV of probabilities");
   p->add_option("--config", pred.config, "YAML config (default: the checkpoint's resolved config)");
   p->add_option("--set", pred.sets, "Override a config key");
-  p->add_option("--checkpoint", pred.checkpoint, "Checkpoint file")->required();
+  p->add_option("--checkpoint", pred.checkpoint, "Checkpoint (.pt) or exported .safetensors file")
+      ->required();
   p->add_option("--images", pred.images, "Image folder (every <id><data.image_ext> in it)")->required();
   p->add_option("--csv", pred.csv, "Predict only the ids listed in this CSV (e.g. sample_submission.csv)");
   p->add_option("--out", pred.out, "Submission CSV to write")->required();
@@ -81,6 +84,11 @@ int main(int argc, char** argv) {
 
   auto* pl = app.add_subcommand("plot", "Redraw a run folder's PNG training curves from its metrics.jsonl");
   pl->add_option("RUN_DIR", plot.run_dir, "Run folder (output.dir)")->required();
+
+  auto* x =
+      app.add_subcommand("export", "Write a checkpoint's weights as timm-named .safetensors with metadata");
+  x->add_option("--checkpoint", exp.checkpoint, "Checkpoint file (best.pt, last.pt, ...)")->required();
+  x->add_option("--out", exp.out, "The .safetensors file to write")->required();
 
   auto* m = app.add_subcommand("models", "List the model names");
 
@@ -113,6 +121,7 @@ int main(int argc, char** argv) {
       return ranzcr::run_bench(bench);
     }
     if (pl->parsed()) return ranzcr::run_plot(plot);
+    if (x->parsed()) return ranzcr::run_export(exp);
     if (m->parsed()) return ranzcr::run_models();
   } catch (const c10::Error& ex) {
     std::cerr << "error: " << first_line(ex.what_without_backtrace()) << std::endl;

@@ -134,7 +134,8 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
       bench_rows(config, validation_split(config, s.index).train, o.warmup + o.steps + 1, collectives);
   s.loader = train_loader_options(config, device, /*drop_last=*/true);
   const bool channels_last = resolve_channels_last(config.train.channels_last, device);
-  s.batches = DeviceBatchOptions{device, config.model.in_channels, channels_last};
+  s.batches = DeviceBatchOptions{device, config.model.in_channels, channels_last, config.model.input_mean,
+                                 config.model.input_std};
 
   torch::manual_seed(config.seed);
   auto model = make_model(config, static_cast<int64_t>(s.index.num_labels()), device, channels_last);

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -48,6 +49,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.in_channels", c.model.in_channels);
   v("model.dropout", c.model.dropout);
   v("model.pretrained", c.model.pretrained);
+  v("model.input_mean", c.model.input_mean);
+  v("model.input_std", c.model.input_std);
   auto& o = c.optim;
   v("optim.name", o.name);
   v("optim.lr", o.lr);
@@ -96,6 +99,7 @@ const char* type_name() {
   if constexpr (std::is_same_v<T, double>) return "a number";
   if constexpr (std::is_same_v<T, std::string>) return "a string";
   if constexpr (std::is_same_v<T, std::vector<std::string>>) return "a list of strings";
+  if constexpr (std::is_same_v<T, std::vector<double>>) return "a list of numbers";
   return "a value";
 }
 
@@ -191,7 +195,7 @@ Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& o
     const YAML::Node node = find(root, split_dots(key));
     if (!node.IsDefined() || node.IsNull()) return;  // keep the default
     try {
-      if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<double>>) {
         if (!node.IsSequence()) throw YAML::BadConversion(node.Mark());
       } else {
         if (!node.IsScalar()) throw YAML::BadConversion(node.Mark());
@@ -265,6 +269,14 @@ void validate_config(const Config& c) {
   require(c.synth.image_size >= 64, "synth.image_size must be at least 64");
   require(c.model.in_channels == 1 || c.model.in_channels == 3, "model.in_channels must be 1 or 3");
   require(c.model.dropout >= 0.0 && c.model.dropout < 1.0, "model.dropout must be in [0, 1)");
+  for (const auto* key : {"model.input_mean", "model.input_std"}) {
+    const auto& values = std::string(key) == "model.input_mean" ? c.model.input_mean : c.model.input_std;
+    require(values.size() == 1 || static_cast<int>(values.size()) == c.model.in_channels,
+            std::string(key) + " must hold 1 or model.in_channels (" + std::to_string(c.model.in_channels) +
+                ") numbers, got " + std::to_string(values.size()));
+    for (double v : values) require(std::isfinite(v), std::string(key) + " must hold finite numbers");
+  }
+  for (double v : c.model.input_std) require(v > 0.0, "model.input_std must be positive");
   require(c.optim.name == "adamw" || c.optim.name == "sgd",
           "optim.name must be adamw or sgd, got '" + c.optim.name + "'");
   require(c.optim.lr > 0.0, "optim.lr must be positive");

@@ -18,7 +18,11 @@ struct ModelConfig {
   std::string name = "resnet18";  // registry name (see `ranzcr models`)
   int in_channels = 1;            // 1 = grayscale input
   double dropout = 0.0;           // dropout before the classifier
-  std::string pretrained;         // timm-named .safetensors weights to start from ("" = from scratch)
+  std::string pretrained;         // timm- or torchvision-named weights to start from ("" = from scratch)
+  std::vector<double> input_mean{
+      0.0};  // per channel (or one for all): input = (pixel in [0, 1] - mean) / std
+  std::vector<double> input_std{
+      1.0};  // ImageNet weights: mean [0.485, 0.456, 0.406], std [0.229, 0.224, 0.225]
 };
 
 struct OptimConfig {

@@ -1,5 +1,7 @@
 #include "engine/device_batches.h"
 
+#include <algorithm>
+
 #include "engine/cuda_support.h"
 
 namespace ranzcr {
@@ -7,6 +9,24 @@ namespace ranzcr {
 void set_loader_transfer(LoaderOptions& options, const torch::Device& device) {
   options.pin_memory = device.is_cuda();
   options.uint8_images = device.is_cuda();
+}
+
+torch::Tensor normalize_input(const torch::Tensor& images, const std::vector<double>& mean,
+                              const std::vector<double>& std) {
+  auto all = [](const std::vector<double>& v, double x) {
+    return std::all_of(v.begin(), v.end(), [x](double e) { return e == x; });
+  };
+  if (all(mean, 0.0) && all(std, 1.0)) return images;
+  // Scalar arithmetic per channel: no host-to-device copy of the constants (that would synchronise).
+  const size_t channels = std::max({mean.size(), std.size(), static_cast<size_t>(images.size(1))});
+  std::vector<torch::Tensor> out;
+  for (size_t c = 0; c < channels; ++c) {
+    const int64_t from = std::min<int64_t>(static_cast<int64_t>(c), images.size(1) - 1);
+    out.push_back(images.narrow(1, from, 1)
+                      .sub(mean[std::min(c, mean.size() - 1)])
+                      .div(std[std::min(c, std.size() - 1)]));
+  }
+  return channels == 1 ? out[0] : torch::cat(out, 1);
 }
 
 DeviceBatches::DeviceBatches(BatchLoader& loader, DeviceBatchOptions options)
@@ -28,7 +48,8 @@ DeviceBatch DeviceBatches::upload(Batch batch) const {
   if (u8)
     x = normalize_images(x, batch.pixel_scale.to(options_.device, true),
                          batch.pixel_offset.to(options_.device, true));
-  if (options_.in_channels != 1) x = x.expand({-1, options_.in_channels, -1, -1}).contiguous();
+  x = normalize_input(x, options_.input_mean, options_.input_std);
+  if (x.size(1) != options_.in_channels) x = x.expand({-1, options_.in_channels, -1, -1}).contiguous();
   if (options_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
   out.images = x;
   out.labels = batch.labels.to(options_.device, /*non_blocking=*/true);

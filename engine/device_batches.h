@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "data/batch_loader.h"
 
@@ -16,8 +17,9 @@ class SideStream;
 }
 
 struct DeviceBatch {
-  torch::Tensor images;   // [N, in_channels, S, S] float32 in [0, 1] on the device (NHWC with channels_last)
-  torch::Tensor labels;   // [N, C] float32 on the device
+  torch::Tensor images;  // [N, in_channels, S, S] float32 on the device (NHWC with channels_last): the pixels
+                         // in [0, 1], normalised with input_mean/input_std
+  torch::Tensor labels;  // [N, C] float32 on the device
   torch::Tensor indices;  // [N] int64 on the CPU: rows of the DatasetIndex
   int64_t skipped = 0;    // unreadable images left out (skip_bad_images)
   int64_t size() const { return images.size(0); }
@@ -25,9 +27,16 @@ struct DeviceBatch {
 
 struct DeviceBatchOptions {
   torch::Device device = torch::kCPU;
-  int in_channels = 1;         // the single grey channel is repeated to this many
-  bool channels_last = false;  // NHWC images (with a channels_last model)
+  int in_channels = 1;                  // the single grey channel is repeated to this many
+  bool channels_last = false;           // NHWC images (with a channels_last model)
+  std::vector<double> input_mean{0.0};  // (pixel - mean) / std per channel (one value: every channel)
+  std::vector<double> input_std{1.0};
 };
+
+/// (images - mean) / std per channel: [N, 1 or C, S, S] float with mean/std of 1 or C values -> [N, C', S, S]
+/// (C' = the largest of the three). The identity (0, 1) returns `images` as it is.
+torch::Tensor normalize_input(const torch::Tensor& images, const std::vector<double>& mean,
+                              const std::vector<double>& std);
 
 /// LoaderOptions::uint8_images and pin_memory as `device` wants them (8-bit pinned batches for CUDA).
 void set_loader_transfer(LoaderOptions& options, const torch::Device& device);

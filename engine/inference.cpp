@@ -31,6 +31,8 @@ InferenceResult run_inference(Classifier& model, const DatasetIndex& index, cons
   DeviceBatchOptions dbo;
   dbo.device = options.device;
   dbo.in_channels = options.in_channels;
+  dbo.input_mean = options.input_mean;
+  dbo.input_std = options.input_std;
   dbo.channels_last = options.channels_last;
   DeviceBatches batches(loader, dbo);
 

@@ -21,6 +21,8 @@ struct InferenceOptions {
   bool skip_bad_images = false;
   bool tta_hflip = false;  // average the logits of the image and its horizontal mirror
   int in_channels = 1;
+  std::vector<double> input_mean{0.0};  // model.input_mean / model.input_std
+  std::vector<double> input_std{1.0};
   torch::Device device = torch::kCPU;
   Precision precision = Precision::kFp32;  // autocast dtype of the forward
   bool channels_last = false;              // NHWC input (for a channels_last model)

@@ -64,6 +64,8 @@ InferenceOptions inference_options(const Config& config, torch::Device device, b
   io.skip_bad_images = config.data.skip_bad_images;
   io.tta_hflip = tta || config.train.tta_hflip;
   io.in_channels = config.model.in_channels;
+  io.input_mean = config.model.input_mean;
+  io.input_std = config.model.input_std;
   io.device = device;
   io.precision = resolve_precision(config.train.precision, device);
   io.channels_last = resolve_channels_last(config.train.channels_last, device);
@@ -434,6 +436,8 @@ void Trainer::plan_epochs() {
   loader_options_ = train_loader_options(config_, options_.device, so.drop_last);
   batch_options_.device = options_.device;
   batch_options_.in_channels = config_.model.in_channels;
+  batch_options_.input_mean = config_.model.input_mean;
+  batch_options_.input_std = config_.model.input_std;
   batch_options_.channels_last = inference_options_.channels_last;
 
   const int64_t per_rank = sampler_->num_samples(), bs = loader_options_.batch_size;

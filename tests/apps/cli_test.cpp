@@ -112,6 +112,50 @@ TEST_F(CliTest, EvaluateUsesTheEmaWeights) {
               1e-6);
 }
 
+// export writes the deployable weights with their metadata: evaluate and predict give the same results
+// from the exported file as from best.pt, with the run's input normalisation whatever --config says; a
+// run started from the file with other labels loads all but the classifier and says so.
+TEST_F(CliTest, ExportedFileEvaluatesPredictsAndStartsARun) {
+  const std::string run = *dir_ / "export_run", file = run + "/model.safetensors";
+  const auto t = run_command(bin() + " train --config " + cfg() + " --set output.dir=" + run +
+                             " --set train.ema_decay=0.9 --set 'model.input_mean=[0.4]'" +
+                             " --set 'model.input_std=[0.3]'");
+  ASSERT_EQ(t.status, 0) << t.output;
+  const auto x = run_command(bin() + " export --checkpoint " + run + "/checkpoints/best.pt --out " + file);
+  ASSERT_EQ(x.status, 0) << x.output;
+  EXPECT_NE(x.output.find("the EMA weights"), std::string::npos) << x.output;
+
+  auto evaluate = [&](const std::string& model, const std::string& out) {
+    const auto e =
+        run_command(bin() + " evaluate --config " + cfg() + " --checkpoint " + model + " --out " + out);
+    EXPECT_EQ(e.status, 0) << e.output;
+    return nlohmann::json::parse(test::read_file(out));
+  };
+  const auto a = evaluate(run + "/checkpoints/best.pt", run + "/a.json");
+  const auto b = evaluate(file, run + "/b.json");
+  EXPECT_NEAR(a["auc_mean"].get<double>(), b["auc_mean"].get<double>(), 1e-6);
+  EXPECT_NEAR(a["loss"].get<double>(), b["loss"].get<double>(), 1e-6);
+  EXPECT_EQ(b["weights"], "ema");
+  double best = -1;  // the run's own validation, with its normalisation (cfg() has none)
+  for (const auto& m : test::read_metrics(run)) best = std::max(best, m["ema_val_auc_mean"].get<double>());
+  EXPECT_NEAR(b["auc_mean"].get<double>(), best, 1e-6);
+
+  for (const auto& [model, out] :
+       {std::pair{run + "/checkpoints/best.pt", run + "/a.csv"}, {file, run + "/b.csv"}}) {
+    const auto p =
+        run_command(bin() + " predict --checkpoint " + model + " --images " + *dir_ / "ds/test --out " + out);
+    ASSERT_EQ(p.status, 0) << p.output;
+  }
+  EXPECT_EQ(test::read_file(run + "/a.csv"), test::read_file(run + "/b.csv"));
+
+  const auto f = run_command(bin() + " train --config " + cfg() + " --set output.dir=" + run + "_from" +
+                             " --set model.pretrained=" + file + " --set train.epochs=1" +
+                             " --set 'data.label_columns=[\"ETT - Abnormal\", \"NGT - Normal\"]'");
+  ASSERT_EQ(f.status, 0) << f.output;
+  EXPECT_NE(f.output.find("classifier freshly initialised (shape differs: fc.weight [11,"), std::string::npos)
+      << f.output;
+}
+
 TEST_F(CliTest, VersionNamesTheLibraries) {
   const auto v = run_command(bin() + " --version");
   EXPECT_EQ(v.status, 0) << v.output;
@@ -135,6 +179,9 @@ TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
   test::write_file(d + "/junk.pt", "not a checkpoint");
   expect_user_error("evaluate --config " + cfg() + " --checkpoint " + d + "/junk.pt",
                     "is not a ranzcr checkpoint");
+  expect_user_error("export --checkpoint " + d + "/absent.pt --out " + d + "/x.safetensors",
+                    "checkpoint not found");
+  expect_user_error("export --checkpoint " + d + "/junk.pt", "--out is required");
   expect_user_error("evaluate --config " + cfg() + " --checkpoint " + d + "/absent.pt",
                     "checkpoint not found");
   if (!torch::cuda::is_available())

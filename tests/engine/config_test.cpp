@@ -68,6 +68,23 @@ TEST(Config, SetOverridesParseTheValueAsYaml) {
   EXPECT_NE(error_of("", {"noequals"}).find("expected key=value"), std::string::npos);
 }
 
+TEST(Config, InputNormalisationIsOneOrInChannelsPositiveNumbers) {
+  const Config c = parse_config("model:\n  in_channels: 3\n  input_mean: [0.485, 0.456, 0.406]\n", "x",
+                                {"model.input_std=[0.226]"});
+  EXPECT_EQ(c.model.input_mean, (std::vector<double>{0.485, 0.456, 0.406}));
+  EXPECT_EQ(c.model.input_std, (std::vector<double>{0.226}));
+  EXPECT_EQ(parse_config(config_to_yaml(c), "resolved").model.input_mean, c.model.input_mean);
+  EXPECT_EQ(Config().model.input_mean, (std::vector<double>{0.0}));  // the identity: pixels in [0, 1]
+  EXPECT_NE(error_of("model:\n  input_mean: [0.1, 0.2]\n")
+                .find("model.input_mean must hold 1 or model.in_channels (1) numbers, got 2"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"model.input_std=[0]"}).find("model.input_std must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"model.input_std=0.5"}).find("expected a list of numbers, got '0.5'"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"model.input_mean=[a]"}).find("expected a list of numbers"), std::string::npos);
+}
+
 TEST(Config, ResolvedYamlRoundTrips) {
   Config c = parse_config("", "x", {"data.label_columns=[x, y]", "train.epochs=7", "optim.lr=0.0005"});
   const std::string yaml = config_to_yaml(c);
