@@ -3,11 +3,10 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <stdexcept>
 
-#include "engine/safetensors.h"
+#include "engine/weight_file.h"
 
 namespace ranzcr {
 namespace {
@@ -61,23 +60,12 @@ std::string PretrainedReport::summary(const std::string& path) const {
 }
 
 PretrainedReport load_pretrained(torch::nn::Module& model, const std::string& path) {
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("model.pretrained: cannot open " + path);
-    char magic[2] = {0, 0};
-    in.read(magic, 2);
-    if (in.gcount() == 2 && magic[0] == 'P' && magic[1] == 'K')
-      throw std::runtime_error(
-          "model.pretrained: " + path +
-          " is a torch.save archive; only .safetensors files are read (convert it in Python: "
-          "safetensors.torch.save_file(torch.load(PATH, map_location='cpu'), 'model.safetensors'))");
-  }
-  SafetensorsFile file = load_safetensors(path);
-
   std::map<std::string, torch::Tensor> source;
-  bool all_module = !file.tensors.empty();
-  for (const auto& kv : file.tensors) all_module = all_module && kv.first.rfind("module.", 0) == 0;
-  for (auto& kv : file.tensors) source[all_module ? kv.first.substr(7) : kv.first] = kv.second;
+  try {
+    for (auto& kv : timm_names_from_torchvision(read_weight_file(path))) source[kv.first] = kv.second;
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("model.pretrained: ") + e.what());
+  }
 
   // The model's tensors in registration order; the first 4-D parameter is the input conv, the module of
   // the last 2-D parameter the classifier.

@@ -1,4 +1,5 @@
-// model.pretrained: timm-named weights from a .safetensors file loaded into a zoo model by name.
+// model.pretrained: timm- or torchvision-named weights (.safetensors or torch.save'd .pth/.bin) loaded into a
+// zoo model by name.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -17,15 +18,17 @@ struct PretrainedReport {
   std::string summary(const std::string& path) const;
 };
 
-/// Copies the tensors of the safetensors file `path` (timm's names, any float dtype, an optional
-/// "module." prefix) into `model`'s parameters and buffers of the same names:
+/// Copies the tensors of the weight file `path` (read_weight_file: .safetensors or a torch.save'd state dict
+/// or checkpoint; timm's names, or torchvision's EfficientNet names translated by
+/// timm_names_from_torchvision; any float dtype; "module."/"_orig_mod." prefixes dropped) into `model`'s
+/// parameters and buffers of the same names:
 /// - the first conv (the model's first 4-D parameter) is adapted to the model's input channels as timm's
 ///   adapt_input_conv does: RGB summed for one channel, repeated and scaled by 3/C for C channels;
 /// - the classifier (the module of the model's last 2-D parameter) keeps its fresh initialisation when
 ///   its shape differs (another number of classes);
 /// - BatchNorm's num_batches_tracked may be absent.
 /// Anything else missing, unexpected or of another shape throws one std::runtime_error listing all of it,
-/// before the model is changed. A torch.save'd file (a zip archive) is refused with how to convert it.
+/// before the model is changed. A file read_weight_file cannot read throws its one-line error.
 PretrainedReport load_pretrained(torch::nn::Module& model, const std::string& path);
 
 }  // namespace ranzcr

@@ -1,10 +1,12 @@
 #include "engine/pretrained.h"
 
 #include <gtest/gtest.h>
+#include <torch/serialize.h>
 #include <torch/torch.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "engine/safetensors.h"
 #include "engine/trainer.h"
@@ -135,14 +137,87 @@ TEST(Pretrained, MissingUnexpectedAndMisshapenKeysInOneError) {
   for (const auto& [k, v] : before) EXPECT_TRUE(torch::equal(get(*model, k), v)) << k;  // untouched
 }
 
-TEST(Pretrained, TorchSaveArchivesAndMissingFilesAreRefusedClearly) {
+TEST(Pretrained, CorruptArchivesAndMissingFilesAreRefusedClearly) {
   auto model = create_model("tiny_cnn", ModelSpec{});
   const std::string zip = (fs::temp_directory_path() / "ranzcr_pretrained.pth").string();
   std::ofstream(zip, std::ios::binary) << "PK\x03\x04 not really a zip";
-  EXPECT_NE(error_of(*model, zip).find("is a torch.save archive"), std::string::npos);
+  const std::string e = error_of(*model, zip);
+  EXPECT_NE(e.find("model.pretrained: " + zip + ": cannot read the torch.save archive"), std::string::npos)
+      << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   fs::remove(zip);
   EXPECT_NE(error_of(*model, "/nonexistent/w.safetensors").find("model.pretrained: cannot open"),
             std::string::npos);
+}
+
+// make_torch_saved.py's TinyNet: features (Conv2d 1->4 3x3 no bias, BatchNorm2d 4, ReLU), fc (Linear 4->3).
+struct TinyNet : torch::nn::Module {
+  TinyNet() {
+    features->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3).bias(false)));
+    features->push_back(torch::nn::BatchNorm2d(4));
+    features->push_back(torch::nn::ReLU());
+    register_module("features", features);
+    register_module("fc", fc);
+  }
+  torch::nn::Sequential features;
+  torch::nn::Linear fc{4, 3};
+};
+
+// A state dict written by the real torch.save (an OrderedDict, "module."-prefixed) loads by name.
+TEST(Pretrained, LoadsATorchSavedStateDict) {
+  TinyNet model;
+  const PretrainedReport r =
+      load_pretrained(model, std::string(RANZCR_SOURCE_DIR) + "/tests/engine/fixtures/state_dict_module.pth");
+  EXPECT_EQ(r.loaded, 8);
+  EXPECT_TRUE(r.adapted_input_conv.empty());
+  EXPECT_TRUE(r.reinitialised.empty());
+  EXPECT_TRUE(torch::equal(get(model, "features.0.weight"),
+                           (torch::arange(36, torch::kFloat32) * 0.25).reshape({4, 1, 3, 3})));
+  EXPECT_TRUE(
+      torch::equal(get(model, "features.1.running_var"), torch::arange(4, torch::kFloat32) * 0.25 + 4));
+  EXPECT_EQ(get(model, "features.1.num_batches_tracked").item<int64_t>(), 7);
+  EXPECT_TRUE(torch::equal(get(model, "fc.bias"), torch::arange(3, torch::kFloat32) * 0.25 + 7));
+}
+
+// A torchvision-named EfficientNet state dict (the keys of torchvision's own efficientnet_b0, ImageNet's
+// 3 channels and 1000 classes), saved as a .pth, loads into our grayscale 11-label efficientnet_b0.
+TEST(Pretrained, TorchvisionEfficientNetWeightsLoadByTimmName) {
+  std::ifstream in(std::string(RANZCR_SOURCE_DIR) + "/tests/models/torchvision_keys/efficientnet_b0.txt");
+  c10::Dict<std::string, torch::Tensor> dict;
+  std::vector<std::string> keys;
+  torch::manual_seed(7);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string key, dtype, shape;
+    fields >> key >> dtype >> shape;
+    std::vector<int64_t> dims;
+    std::istringstream ds(shape);
+    for (std::string d; std::getline(ds, d, ',');) dims.push_back(std::stoll(d));
+    if (key == "features.0.0.weight") dims[1] = 3;
+    if (key == "classifier.1.weight") dims[0] = 1000;
+    if (key == "classifier.1.bias") dims[0] = 1000;
+    dict.insert(key, dtype == "int64" ? torch::full(dims, 5, torch::kLong) : torch::rand(dims) + 0.5);
+    keys.push_back(key);
+  }
+  ASSERT_EQ(keys.size(), 360u);
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  const std::string path = (fs::temp_directory_path() / "ranzcr_pretrained_torchvision.pth").string();
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  auto model = create_model("efficientnet_b0", ModelSpec{});
+  const PretrainedReport r = load_pretrained(*model, path);
+  fs::remove(path);
+  EXPECT_EQ(r.loaded, 358);
+  EXPECT_NE(r.adapted_input_conv.find("conv_stem.weight [32,3,3,3] -> [32,1,3,3]"), std::string::npos);
+  ASSERT_EQ(r.reinitialised.size(), 2u);
+  EXPECT_TRUE(torch::allclose(get(*model, "conv_stem.weight"), dict.at("features.0.0.weight").sum(1, true)));
+  EXPECT_TRUE(
+      torch::equal(get(*model, "blocks.0.0.conv_dw.weight"), dict.at("features.1.0.block.0.0.weight")));
+  EXPECT_TRUE(
+      torch::equal(get(*model, "blocks.1.0.se.conv_expand.bias"), dict.at("features.2.0.block.2.fc2.bias")));
+  EXPECT_TRUE(
+      torch::equal(get(*model, "blocks.6.0.bn3.running_var"), dict.at("features.7.0.block.3.1.running_var")));
+  EXPECT_TRUE(torch::equal(get(*model, "bn2.weight"), dict.at("features.8.1.weight")));
 }
 
 // model.pretrained reaches the model make_model builds (the trainer's and bench's).

@@ -1,0 +1,37 @@
+// Weight files for model.pretrained: .safetensors files and PyTorch state dicts saved with torch.save, read
+// by name, and torchvision's EfficientNet names translated to timm's (ours).
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ranzcr {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+/// The named tensors of a weight file, in file order, on the CPU in the file's dtypes: a .safetensors file,
+/// or a PyTorch state dict saved with torch.save (.pth/.bin/.pt, the zip format of torch >= 1.6), told
+/// apart by content, not extension. Tensors saved from CUDA are read to the CPU.
+/// torch.save'd checkpoints that wrap the state dict are unwrapped: the top-level dict itself when all its
+/// values are tensors, else the first of "state_dict", "model", "state_dict_ema", "model_ema" that is a
+/// dict of tensors; so the raw weights win over the EMA weights, which are read only when a checkpoint holds
+/// nothing else (timm's train.py writes both "state_dict" and "state_dict_ema"; to start from the EMA
+/// weights, save that dict alone). Other entries (epoch, optimizer, an argparse.Namespace of arguments,
+/// numpy scalars, ...) are skipped unread: the pickle is interpreted, never executed.
+/// A prefix "module." (DDP/DataParallel) or "_orig_mod." (torch.compile) on every key is removed.
+/// Throws std::runtime_error, one line naming `path` and the problem: cannot open, neither format, the
+/// legacy non-zip torch.save format, a pickled object of a class other than a dict of tensors (a whole
+/// model saved with torch.save(model), a TorchScript archive), no tensors, a corrupt file.
+NamedTensors read_weight_file(const std::string& path);
+
+/// torchvision's EfficientNet names (features.0.0.weight, features.1.0.block.0.0.weight,
+/// features.2.0.block.2.fc1.weight, ..., features.8.1.running_var, classifier.1.weight) translated to timm's
+/// (conv_stem.weight, blocks.0.0.conv_dw.weight, blocks.1.0.se.conv_reduce.weight, ..., bn2.running_var,
+/// classifier.weight) when `tensors` are torchvision-named (a key "features.0.0.weight" and a key holding
+/// ".block."); any other naming is returned unchanged. torchvision's ResNets already use timm's names.
+NamedTensors timm_names_from_torchvision(NamedTensors tensors);
+
+}  // namespace ranzcr
