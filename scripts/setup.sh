@@ -9,6 +9,7 @@
 #                                                     # (scripts/offline/make-bundle.sh), not from apt
 #   RANZCR_OFFLINE=1 ...                              # never apt-get or pip: stop with an error instead
 #   TENSORBOARD_PIP_SPEC=tensorboard==2.21.0 ...      # the tensorboard for the event-file test (into .venv)
+#   TIMM_PIP_SPEC=timm==1.0.31 ...                    # the timm for the logits parity test (into .venv, --no-deps)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -67,14 +68,26 @@ if [ -z "${Torch_DIR:-}" ]; then
 fi
 [ -f "$Torch_DIR/TorchConfig.cmake" ] || { echo "error: no TorchConfig.cmake in Torch_DIR=$Torch_DIR" >&2; exit 1; }
 
-# 2b. TensorBoard in the project venv, for the test that reads the training's event files with TensorBoard's
-#     own reader (skipped without it). It pulls no torch: the venv's torch stays as it is. Optional: a
-#     failed or forbidden install is a note, not an error.
+# 2b. TensorBoard and timm in the project venv, for the test that reads the training's event files with
+#     TensorBoard's own reader and the one that compares our logits with timm's (each skipped without it).
+#     Neither pulls a torch: the venv's torch stays as it is. Optional: a failed or forbidden install is a
+#     note, not an error.
 if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import tensorboard' >/dev/null 2>&1; then
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no tensorboard in .venv (RANZCR_OFFLINE=1 forbids pip): the TensorBoard reader test will be skipped"
   elif ! "$ROOT/.venv/bin/pip" install -q "${TENSORBOARD_PIP_SPEC:-tensorboard}" > "$ROOT/.venv/pip-tensorboard.log" 2>&1; then
     say "pip install tensorboard failed (.venv/pip-tensorboard.log): the TensorBoard reader test will be skipped"
+  fi
+fi
+# timm's model code (pure Python), for the test that compares our logits with timm's
+# (tests/models/timm_parity_test.cpp, scripts/timm/parity.py). --no-deps: timm's requirements would pull
+# torchvision and another torch; the script stubs the packages timm imports but needs no model from.
+if [ -x "$ROOT/.venv/bin/python" ] &&
+  ! "$ROOT/.venv/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("timm") is None)' >/dev/null 2>&1; then
+  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
+    say "no timm in .venv (RANZCR_OFFLINE=1 forbids pip): the timm parity test will be skipped"
+  elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${TIMM_PIP_SPEC:-timm==1.0.31}" > "$ROOT/.venv/pip-timm.log" 2>&1; then
+    say "pip install timm failed (.venv/pip-timm.log): the timm parity test will be skipped"
   fi
 fi
 
