@@ -168,6 +168,25 @@ void save_safetensors(const std::string& path,
   write_file_atomic(path, serialize_safetensors(tensors, metadata));
 }
 
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char size_bytes[8] = {};
+  if (!in.read(reinterpret_cast<char*>(size_bytes), 8)) return {};
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | size_bytes[i];
+  if (n == 0 || n > kMaxHeaderBytes) return {};
+  std::string text(n, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(n))) return {};
+  const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  std::map<std::string, std::string> metadata;
+  if (header.is_discarded() || !header.is_object() || !header.contains("__metadata__") ||
+      !header.at("__metadata__").is_object())
+    return metadata;
+  for (const auto& [k, v] : header.at("__metadata__").items())
+    if (v.is_string()) metadata[k] = v.get<std::string>();
+  return metadata;
+}
+
 SafetensorsFile load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open " + path);

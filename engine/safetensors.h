@@ -38,4 +38,8 @@ void save_safetensors(const std::string& path,
 /// Reads `path`; a missing, truncated or corrupt file throws a one-line std::runtime_error.
 SafetensorsFile load_safetensors(const std::string& path);
 
+/// The "__metadata__" of `path`, reading only its header; empty when the file is not a readable
+/// safetensors file or has none (load_safetensors tells what is wrong with it).
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
+
 }  // namespace ranzcr

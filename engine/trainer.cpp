@@ -15,6 +15,7 @@
 #include "engine/curves.h"
 #include "engine/metrics.h"
 #include "engine/pretrained.h"
+#include "engine/safetensors.h"
 #include "engine/tensorboard_writer.h"
 #include "models/registry.h"
 
@@ -84,6 +85,20 @@ double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, dou
   const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
   const double floor = lr * min_ratio;
   return floor + 0.5 * (lr - floor) * (1.0 + std::cos(M_PI * progress));
+}
+
+// "" or a warning: model.pretrained is an exported file whose run normalised its input otherwise.
+static std::string normalisation_mismatch(const ModelConfig& model) {
+  const auto meta = read_safetensors_metadata(model.pretrained);
+  auto mean = meta.find("mean"), std = meta.find("std");
+  if (mean == meta.end() || std == meta.end()) return "";
+  const std::string ours_mean = nlohmann::json(model.input_mean).dump();
+  const std::string ours_std = nlohmann::json(model.input_std).dump();
+  if (nlohmann::json::parse(mean->second, nullptr, false) == nlohmann::json::parse(ours_mean) &&
+      nlohmann::json::parse(std->second, nullptr, false) == nlohmann::json::parse(ours_std))
+    return "";
+  return model.pretrained + " was trained with input mean " + mean->second + " std " + std->second +
+         "; this run normalises with model.input_mean " + ours_mean + " model.input_std " + ours_std;
 }
 
 std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
@@ -306,6 +321,8 @@ void Trainer::build_model() {
   model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,
                       inference_options_.channels_last, &pretrained);
   if (!pretrained.empty()) log_.info("pretrained: " + pretrained);
+  if (!config_.model.pretrained.empty())
+    if (const std::string w = normalisation_mismatch(config_.model); !w.empty()) log_.warn(w);
   optimizer_ = make_optimizer(config_.optim, *model_);
   if (config_.train.ema_decay > 0) {
     Config shadow = config_;  // its weights come from the model (ModelEma copies them)

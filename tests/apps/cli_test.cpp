@@ -154,6 +154,10 @@ TEST_F(CliTest, ExportedFileEvaluatesPredictsAndStartsARun) {
   ASSERT_EQ(f.status, 0) << f.output;
   EXPECT_NE(f.output.find("classifier freshly initialised (shape differs: fc.weight [11,"), std::string::npos)
       << f.output;
+  EXPECT_NE(f.output.find("was trained with input mean [0.4] std [0.3]; this run normalises with "
+                          "model.input_mean [0.0] model.input_std [1.0]"),
+            std::string::npos)
+      << f.output;
 }
 
 TEST_F(CliTest, VersionNamesTheLibraries) {

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 
@@ -85,32 +86,42 @@ TEST(TrainedModel, ExportedFileGivesTheCheckpointsOutputs) {
   EXPECT_TRUE(torch::equal(a.model->forward(x), b.model->forward(x)));
 }
 
-// The exported resnet18 (1 channel, 11 classes) has exactly timm's state dict: keys, order and shapes
-// (tests/models/timm_keys/resnet18.txt, written from timm 1.0.31 itself).
-TEST(TrainedModel, ExportedResnet18HasTimmsKeysAndShapes) {
-  test::TempDir dir;
-  Config config;
-  CheckpointMeta meta;
-  meta.config_yaml = config_to_yaml(config);
-  meta.model_name = "resnet18";
-  for (int k = 0; k < 11; ++k) meta.label_names.push_back("label " + std::to_string(k));
-  auto model = create_model("resnet18", ModelSpec{});
-  write_file_atomic(dir / "c.pt", serialize_checkpoint(meta, *model, nullptr));
-  export_safetensors(load_trained_model(dir / "c.pt"), dir / "m.safetensors");
-
-  std::vector<std::string> expected;
-  std::ifstream in(std::string(RANZCR_SOURCE_DIR) + "/tests/models/timm_keys/resnet18.txt");
+std::vector<std::string> key_lines(const std::string& file) {  // "<key> <dtype> <shape>", sorted
+  std::vector<std::string> lines;
+  std::ifstream in(std::string(RANZCR_SOURCE_DIR) + "/tests/models/" + file);
   for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line[0] != '#') expected.push_back(line);
-  std::vector<std::string> got;
-  for (const auto& [key, t] : load_safetensors(dir / "m.safetensors").tensors) {
-    std::string shape;
-    for (int64_t i = 0; i < t.dim(); ++i) shape += (i ? "," : "") + std::to_string(t.size(i));
-    got.push_back(key + " " + (t.scalar_type() == torch::kLong ? "int64" : "float32") + " " + shape);
+    if (!line.empty() && line[0] != '#') lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+// The exported resnet18 (11 classes) has exactly timm's state dict with one input channel and exactly
+// torchvision's with three: keys and shapes (tests/models/timm_keys and torchvision_keys, written from
+// timm 1.0.31 and torchvision 0.28 themselves).
+TEST(TrainedModel, ExportedResnet18HasTimmsAndTorchvisionsKeysAndShapes) {
+  for (int channels : {1, 3}) {
+    test::TempDir dir;
+    Config config;
+    config.model.in_channels = channels;
+    CheckpointMeta meta;
+    meta.config_yaml = config_to_yaml(config);
+    meta.model_name = "resnet18";
+    for (int k = 0; k < 11; ++k) meta.label_names.push_back("label " + std::to_string(k));
+    ModelSpec spec;
+    spec.in_channels = channels;
+    auto model = create_model("resnet18", spec);
+    write_file_atomic(dir / "c.pt", serialize_checkpoint(meta, *model, nullptr));
+    export_safetensors(load_trained_model(dir / "c.pt"), dir / "m.safetensors");
+
+    std::vector<std::string> got;
+    for (const auto& [key, t] : load_safetensors(dir / "m.safetensors").tensors) {
+      std::string shape;
+      for (int64_t i = 0; i < t.dim(); ++i) shape += (i ? "," : "") + std::to_string(t.size(i));
+      got.push_back(key + " " + (t.scalar_type() == torch::kLong ? "int64" : "float32") + " " + shape);
+    }
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, key_lines(channels == 1 ? "timm_keys/resnet18.txt" : "torchvision_keys/resnet18.txt"));
   }
-  std::sort(expected.begin(), expected.end());
-  std::sort(got.begin(), got.end());
-  EXPECT_EQ(got, expected);
 }
 
 std::string error_of(const std::string& path) {
