@@ -23,12 +23,10 @@ imported (the test skips), 2 bad arguments or files.
 """
 import argparse
 import importlib
-import importlib.machinery
 import json
 import os
 import struct
 import sys
-import types
 
 SKIP = 77
 try:
@@ -37,42 +35,8 @@ except Exception as _e:  # no torch in this python: nothing to compare with
     print(f"skip: import torch failed ({type(_e).__name__}: {_e})")
     sys.exit(SKIP)
 STUBBABLE = ("torchvision", "huggingface_hub", "safetensors", "PIL")
-
-
-class _Stub(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        sub = _Stub(self.__name__ + "." + name)
-        sub.__spec__ = importlib.machinery.ModuleSpec(sub.__name__, None)
-        sub.__path__ = []
-        sys.modules[sub.__name__] = sub
-        return sub
-
-    def __call__(self, *args, **kwargs):
-        return self
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
-
-class _StubFinder:
-    def __init__(self, prefixes):
-        self.prefixes = tuple(prefixes)
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in self.prefixes:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        m = _Stub(spec.name)
-        m.__path__ = []
-        m.__version__ = "10.0.0"
-        return m
-
-    def exec_module(self, module):
-        pass
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timm_stubs import StubFinder, StubModule  # noqa: E402
 
 
 def _forget(prefix):
@@ -92,7 +56,7 @@ def _imports(name):
 def torchvision_resnet18():
     """torchvision.models.resnet18 when torchvision really imports, else None."""
     mod = sys.modules.get("torchvision")
-    if mod is None or isinstance(mod, _Stub):
+    if mod is None or isinstance(mod, StubModule):
         return None
     try:
         from torchvision.models import resnet18
@@ -114,7 +78,7 @@ def import_timm(timm_dir):
     stubbed = [p for p in STUBBABLE if not _imports(p)]
     if not stubbed:
         return None, f"import timm failed ({first}), and no stubbable package is missing"
-    sys.meta_path.insert(0, _StubFinder(stubbed))
+    sys.meta_path.insert(0, StubFinder(stubbed))
     try:
         import timm
         return timm, "stubbed " + ", ".join(stubbed)

@@ -10,48 +10,14 @@ the hub); none of them takes part in building a model, so they are stubbed here 
 cannot load torchvision's ops). No weights are downloaded: create_model(pretrained=False).
 """
 import argparse
-import importlib.machinery
 import os
 import sys
-import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timm_stubs import StubFinder  # noqa: E402
 
 MODELS = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet18d", "resnet34d",
           "resnet50d", "resnet101d", "resnet152d", "resnet200d"] + [f"efficientnet_b{i}" for i in range(8)]
-
-
-class _Stub(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        sub = _Stub(self.__name__ + "." + name)
-        sub.__spec__ = importlib.machinery.ModuleSpec(sub.__name__, None)
-        sub.__path__ = []
-        sys.modules[sub.__name__] = sub
-        return sub
-
-    def __call__(self, *args, **kwargs):
-        return self
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
-
-class _StubFinder:
-    prefixes = ("torchvision", "huggingface_hub", "safetensors", "PIL")
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in self.prefixes:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        m = _Stub(spec.name)
-        m.__path__ = []
-        m.__version__ = "10.0.0"
-        return m
-
-    def exec_module(self, module):
-        pass
 
 
 def main():
@@ -61,7 +27,7 @@ def main():
     ap.add_argument("--in-chans", type=int, default=1)
     ap.add_argument("--num-classes", type=int, default=11)
     args = ap.parse_args()
-    sys.meta_path.insert(0, _StubFinder())
+    sys.meta_path.insert(0, StubFinder(("torchvision", "huggingface_hub", "safetensors", "PIL")))
     sys.path.insert(0, args.timm_dir)
     import timm
 

@@ -12,6 +12,7 @@
 #include "engine/checkpoint.h"
 #include "engine/device_batches.h"
 #include "engine/safetensors.h"
+#include "tests/models/key_files.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -86,15 +87,6 @@ TEST(TrainedModel, ExportedFileGivesTheCheckpointsOutputs) {
   EXPECT_TRUE(torch::equal(a.model->forward(x), b.model->forward(x)));
 }
 
-std::vector<std::string> key_lines(const std::string& file) {  // "<key> <dtype> <shape>", sorted
-  std::vector<std::string> lines;
-  std::ifstream in(std::string(RANZCR_SOURCE_DIR) + "/tests/models/" + file);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line[0] != '#') lines.push_back(line);
-  std::sort(lines.begin(), lines.end());
-  return lines;
-}
-
 // The exported resnet18 (11 classes) has exactly timm's state dict with one input channel and exactly
 // torchvision's with three: keys and shapes (tests/models/timm_keys and torchvision_keys, written from
 // timm 1.0.31 and torchvision 0.28 themselves).
@@ -113,14 +105,12 @@ TEST(TrainedModel, ExportedResnet18HasTimmsAndTorchvisionsKeysAndShapes) {
     write_file_atomic(dir / "c.pt", serialize_checkpoint(meta, *model, nullptr));
     export_safetensors(load_trained_model(dir / "c.pt"), dir / "m.safetensors");
 
-    std::vector<std::string> got;
-    for (const auto& [key, t] : load_safetensors(dir / "m.safetensors").tensors) {
-      std::string shape;
-      for (int64_t i = 0; i < t.dim(); ++i) shape += (i ? "," : "") + std::to_string(t.size(i));
-      got.push_back(key + " " + (t.scalar_type() == torch::kLong ? "int64" : "float32") + " " + shape);
-    }
-    std::sort(got.begin(), got.end());
-    EXPECT_EQ(got, key_lines(channels == 1 ? "timm_keys/resnet18.txt" : "torchvision_keys/resnet18.txt"));
+    std::map<std::string, test::KeyEntry> got;
+    for (const auto& [key, t] : load_safetensors(dir / "m.safetensors").tensors)
+      got[key] = test::key_entry(t);
+    const auto want =
+        test::read_key_file(channels == 1 ? "timm_keys/resnet18.txt" : "torchvision_keys/resnet18.txt");
+    EXPECT_EQ(got, (std::map<std::string, test::KeyEntry>(want.begin(), want.end())));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "models/registry.h"
+#include "tests/models/key_files.h"
 
 namespace ranzcr {
 namespace {
@@ -166,29 +167,8 @@ TEST(WeightFile, MissingCorruptForeignAndTensorlessFilesAreOneLineErrors) {
 
 // --- torchvision names ---
 
-struct Entry {
-  std::string dtype;
-  std::vector<int64_t> shape;
-};
-
-std::vector<std::pair<std::string, Entry>> read_keys(const std::string& model) {
-  const std::string path =
-      std::string(RANZCR_SOURCE_DIR) + "/tests/models/torchvision_keys/" + model + ".txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  std::vector<std::pair<std::string, Entry>> keys;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    std::string key, shape;
-    Entry e;
-    fields >> key >> e.dtype >> shape;
-    std::istringstream dims(shape);
-    for (std::string d; std::getline(dims, d, ',');) e.shape.push_back(std::stoll(d));
-    keys.emplace_back(key, e);
-  }
-  return keys;
+std::vector<std::pair<std::string, test::KeyEntry>> read_keys(const std::string& model) {
+  return test::read_key_file("torchvision_keys/" + model + ".txt");
 }
 
 class TorchvisionNames : public ::testing::TestWithParam<std::string> {};

@@ -11,15 +11,12 @@
 #include <sstream>
 
 #include "models/registry.h"
+#include "tests/models/key_files.h"
 
 namespace ranzcr {
 namespace {
 
-struct Entry {
-  std::string dtype;  // torch's name: float32, int64
-  std::vector<int64_t> shape;
-  bool operator==(const Entry& o) const { return dtype == o.dtype && shape == o.shape; }
-};
+using Entry = test::KeyEntry;
 
 std::string describe(const Entry& e) {
   std::string s = e.dtype + " [";
@@ -28,34 +25,15 @@ std::string describe(const Entry& e) {
 }
 
 std::map<std::string, Entry> read_timm_keys(const std::string& model) {
-  const std::string path = std::string(RANZCR_SOURCE_DIR) + "/tests/models/timm_keys/" + model + ".txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  std::map<std::string, Entry> keys;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    std::string key, shape;
-    Entry e;
-    fields >> key >> e.dtype >> shape;
-    std::istringstream dims(shape);
-    for (std::string d; std::getline(dims, d, ',');) e.shape.push_back(std::stoll(d));
-    keys[key] = e;
-  }
-  return keys;
+  const auto lines = test::read_key_file("timm_keys/" + model + ".txt");
+  return std::map<std::string, Entry>(lines.begin(), lines.end());
 }
 
 std::map<std::string, Entry> our_keys(const std::string& model) {
   torch::manual_seed(0);
   auto m = create_model(model, ModelSpec{});  // 1 channel, 11 classes
   std::map<std::string, Entry> keys;
-  auto add = [&](const std::string& k, const torch::Tensor& t) {
-    std::string dtype = t.scalar_type() == torch::kFloat  ? "float32"
-                        : t.scalar_type() == torch::kLong ? "int64"
-                                                          : std::string(c10::toString(t.scalar_type()));
-    keys[k] = Entry{dtype, t.sizes().vec()};
-  };
+  auto add = [&](const std::string& k, const torch::Tensor& t) { keys[k] = test::key_entry(t); };
   for (const auto& kv : m->named_parameters(/*recurse=*/true)) add(kv.key(), kv.value());
   for (const auto& kv : m->named_buffers(/*recurse=*/true)) add(kv.key(), kv.value());
   return keys;
