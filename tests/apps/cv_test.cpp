@@ -170,6 +170,21 @@ TEST_F(CvTest, TwoProcessesPerFoldAndEnsembleFromTheCvFolder) {
                               "/fold_1/checkpoints/best.pt",
                           "named.csv"));
   EXPECT_EQ(from, predict("--checkpoints-from " + out + " --nproc-per-node 2", "two.csv"));
+
+  // evaluate too: 2 processes score exactly the images and probabilities of one.
+  auto evaluate = [&](const std::string& nproc, const std::string& json) {
+    const auto e =
+        run_command(bin() + " evaluate --checkpoints-from " + out + " --csv " + *dir_ / "ds/test_labels.csv" +
+                    images + " --nproc-per-node " + nproc + " --out " + json);
+    EXPECT_EQ(e.status, 0) << e.output;
+    EXPECT_EQ(e.output.find("launching 2 workers") != std::string::npos, nproc == "2") << e.output;
+    return nlohmann::json::parse(test::read_file(json));
+  };
+  const auto one = evaluate("1", out + "/e1.json"), two = evaluate("2", out + "/e2.json");
+  EXPECT_EQ(one["num_images"], 12);
+  EXPECT_EQ(one["checkpoints"].size(), 2u);
+  EXPECT_DOUBLE_EQ(one["loss"].get<double>(), two["loss"].get<double>());
+  EXPECT_EQ(one["auc"], two["auc"]);
 }
 
 // An ensemble of two models with other input sizes gives the mean of their probabilities; evaluate's
