@@ -29,7 +29,9 @@
 #include "engine/bench.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
+#include "engine/cross_validation.h"
 #include "engine/curves.h"
+#include "engine/ensemble.h"
 #include "engine/inference.h"
 #include "engine/metrics.h"
 #include "engine/precision.h"
@@ -115,27 +117,52 @@ void ensure_dataset(const Config& config, RunLog& log) {
   generate_synthetic(root.string(), config.synth, hardware_threads(), print_progress);
 }
 
-// The config for evaluate/predict: the given file, or the training run's own resolved config. The model
-// section is always the trained model's own (its name, channels and input normalisation).
-Config eval_config(const EvalArgs& args, const TrainedModelInfo& info) {
+// The models of evaluate/predict: every --checkpoint (in order), then those of --checkpoints-from.
+std::vector<std::string> model_paths(const EvalArgs& args) {
+  std::vector<std::string> paths = args.checkpoints;
+  if (!args.checkpoints_from.empty())
+    for (const auto& path : checkpoints_in(args.checkpoints_from)) paths.push_back(path);
+  if (paths.empty())
+    throw std::runtime_error(
+        "no model given: pass --checkpoint FILE (repeatable) or --checkpoints-from RUN_DIR");
+  return paths;
+}
+
+// The config for evaluate/predict: the given file, or the first model's own resolved config; one process
+// unless --nproc-per-node. The model section is always the first model's own (its name, channels and input
+// normalisation), the label columns its labels.
+Config eval_config(const EvalArgs& args, const std::vector<std::string>& paths) {
+  const TrainedModelInfo info = load_trained_model(paths.front(), torch::kCPU).info;
+  std::vector<std::string> sets = args.sets;
+  sets.push_back("distributed.nproc_per_node=" + (args.nproc_per_node.empty() ? "1" : args.nproc_per_node));
   Config config;
   if (!args.config.empty()) {
-    config = load_config(args.config, args.sets);
+    config = load_config(args.config, sets);
   } else if (info.config_yaml.empty()) {
-    throw std::runtime_error(args.checkpoint + " holds no training config: pass --config");
+    throw std::runtime_error(paths.front() + " holds no training config: pass --config");
   } else {
-    config = parse_config(info.config_yaml, args.checkpoint + " (embedded config)", args.sets);
+    config = parse_config(info.config_yaml, paths.front() + " (embedded config)", sets);
   }
   config.model = info.model;
   config.data.label_columns = info.label_names;
+  apply_threads(config);
   return config;
 }
 
-// A checkpoint or exported file, ready for inference on `device`.
-TrainedModel load_for_inference(const EvalArgs& args, const torch::Device& device) {
-  TrainedModel trained = load_trained_model(args.checkpoint, device);
-  configure_device(device);
-  return trained;
+// Each ensemble member's inference settings: the config's, with the model's own model section; with
+// several models also its own training data.image_size and data.augment.clahe (--set applied).
+MemberOptions member_options(const EvalArgs& args, const Config& config, const torch::Device& device,
+                             bool several) {
+  return [&args, config, device, several](const TrainedModelInfo& info) {
+    Config own = config;
+    own.model = info.model;
+    if (several && !info.config_yaml.empty()) {
+      const Config trained = parse_config(info.config_yaml, info.path + " (embedded config)", args.sets);
+      own.data.image_size = trained.data.image_size;
+      own.data.augment.clahe = trained.data.augment.clahe;
+    }
+    return inference_options(own, device, args.tta);
+  };
 }
 
 std::atomic<int> g_stop_signal{0};
@@ -191,7 +218,7 @@ int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
 using JobBody = std::function<int(const Config&, Collectives&, RunLog&, const torch::Device&)>;
 
 // One process of a multi-process job (started by us, torchrun, srun or a PyTorchJob).
-int run_worker(const Config& config, const WorldInfo& world, const JobBody& body) {
+int run_worker(const Config& config, const WorldInfo& world, bool needs_dataset, const JobBody& body) {
   const torch::Device device = worker_device(world);
   // Share the cores among this node's workers (torchrun sets OMP_NUM_THREADS for the same reason).
   if (config.train.num_threads == 0)
@@ -218,7 +245,7 @@ int run_worker(const Config& config, const WorldInfo& world, const JobBody& body
                 : pgo.init_method) +
            ", launcher " + world.launcher +
            (collectives->transport().empty() ? "" : ", " + collectives->transport()));
-  if (world.local_rank == 0) ensure_dataset(config, log);  // one copy per node
+  if (world.local_rank == 0 && needs_dataset) ensure_dataset(config, log);  // one copy per node
   collectives->barrier();
   install_stop_handlers();
   const int status = body(config, *collectives, log, device);
@@ -228,18 +255,21 @@ int run_worker(const Config& config, const WorldInfo& world, const JobBody& body
 
 // Runs `body` as this process's share of the job the config and environment describe: a worker under
 // an external launcher, one process, or the launcher of this node's workers (which re-run `argv`).
-int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body) {
+// `needs_dataset`: the job reads the config's training data set (generated first when it is synthetic).
+int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body,
+            bool needs_dataset = true) {
   const EnvMap env = current_environment();
   const std::string& nproc = config.distributed.nproc_per_node;
   // Under Slurm, one task per node that starts its own workers is asked for with nproc_per_node > 1.
   const bool slurm_tasks_are_nodes = nproc != "auto" && std::stoi(nproc) > 1;
-  if (auto world = worker_from_env(env, slurm_tasks_are_nodes)) return run_worker(config, *world, body);
+  if (auto world = worker_from_env(env, slurm_tasks_are_nodes))
+    return run_worker(config, *world, needs_dataset, body);
 
   const int nproc_here = workers_per_node(config);
   const NodePlan plan = node_plan_from_env(env, slurm_tasks_are_nodes);
   RunLog log(true);
   if (nproc_here == 1 && plan.nnodes == 1) {  // one process: no process group at all
-    ensure_dataset(config, log);
+    if (needs_dataset) ensure_dataset(config, log);
     install_stop_handlers();
     auto collectives = make_local_collectives();
     return body(config, *collectives, log, worker_device(WorldInfo{}));
@@ -247,8 +277,10 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   // Launcher: check what can be checked once here (one error line, not one per worker), then start
   // this node's workers.
   require_usable_backend(config.distributed.backend);
-  ensure_dataset(config, log);
-  load_train_index(config.data, index_options(config.data));
+  if (needs_dataset) {
+    ensure_dataset(config, log);
+    load_train_index(config.data, index_options(config.data));
+  }
   LaunchOptions lo;
   lo.args = argv;
   lo.nproc = nproc_here;
@@ -302,111 +334,212 @@ int run_bench(const BenchArgs& args) {
                  });
 }
 
-int run_evaluate(const EvalArgs& args) {
-  const torch::Device device = worker_device(WorldInfo{});
-  TrainedModel trained = load_for_inference(args, device);
-  const TrainedModelInfo& meta = trained.info;
-  Config config = eval_config(args, meta);
-  apply_threads(config);
-  RunLog log(true);
-  IndexOptions io = index_options(config.data);
-  io.label_columns = meta.label_names;
+namespace {
+
+// What evaluate runs on: rows of an index, and how to name them.
+struct EvalData {
   DatasetIndex index;
   std::vector<int64_t> rows;
   std::string source;
-  if (!args.csv.empty()) {
-    if (args.images.empty())
-      throw std::runtime_error("--csv needs --images (the folder of the CSV's images)");
-    index = load_index(args.csv, args.images, io);
-    rows.resize(index.size());
-    std::iota(rows.begin(), rows.end(), 0);
-    source = args.csv;
-  } else {
-    ensure_dataset(config, log);
-    index = load_train_index(config.data, io);
-    rows = validation_split(config, index).val;
-    source = "validation split of " + train_csv_path(config.data);
-  }
-  set_memory_format(*trained.model, resolve_channels_last(config.train.channels_last, device));
-  auto collectives = make_local_collectives();
-  const InferenceResult r =
-      run_inference(*trained.model, index, rows, inference_options(config, device, args.tta), *collectives);
-  const double loss = torch::binary_cross_entropy_with_logits(r.logits, r.labels).item<double>();
-  const AucReport auc = multilabel_auc(r.logits, r.labels, meta.label_names);
+};
 
-  std::cout << "evaluate " << args.checkpoint << " on " << source << " (" << r.rows.size(0) << " images)\n";
+EvalData evaluation_data(const EvalArgs& args, const Config& config) {
+  IndexOptions io = index_options(config.data);
+  io.label_columns = config.data.label_columns;
+  EvalData d;
+  if (!args.csv.empty()) {
+    d.index = load_index(args.csv, args.images, io);
+    d.rows.resize(d.index.size());
+    std::iota(d.rows.begin(), d.rows.end(), 0);
+    d.source = args.csv;
+  } else {
+    d.index = load_train_index(config.data, io);
+    d.rows = validation_split(config, d.index).val;
+    d.source = "validation split of " + train_csv_path(config.data);
+  }
+  return d;
+}
+
+std::string models_text(const std::vector<std::string>& paths) {
+  if (paths.size() == 1) return paths.front();
+  std::string s = "an ensemble of " + std::to_string(paths.size()) + " models (";
+  for (size_t i = 0; i < paths.size(); ++i) s += (i ? ", " : "") + paths[i];
+  return s + ")";
+}
+
+// The per-label table on stdout.
+void print_evaluation(const std::vector<std::string>& paths, const EvalData& data, const EnsembleResult& r,
+                      const AucReport& auc, double loss) {
+  const std::vector<std::string>& names = r.models.front().label_names;
+  std::cout << "evaluate " << models_text(paths) << " on " << data.source << " (" << r.rows.size(0)
+            << " images)\n";
   std::cout << std::left << std::setw(30) << "label" << std::right << std::setw(10) << "AUC" << std::setw(11)
             << "positives\n";
   const auto positives = r.labels.sum(0);
-  nlohmann::json per_class = nlohmann::json::object();
-  for (size_t k = 0; k < meta.label_names.size(); ++k) {
+  for (size_t k = 0; k < names.size(); ++k) {
     const auto& a = auc.per_class[k];
-    std::cout << std::left << std::setw(30) << meta.label_names[k] << std::right << std::setw(10)
+    std::cout << std::left << std::setw(30) << names[k] << std::right << std::setw(10)
               << (a ? (std::ostringstream() << std::fixed << std::setprecision(4) << *a).str() : "undefined")
               << std::setw(10) << positives[k].item<int64_t>() << "\n";
-    per_class[meta.label_names[k]] = a ? nlohmann::json(*a) : nlohmann::json();
   }
   std::cout << std::left << std::setw(30) << "mean" << std::right << std::setw(10) << std::fixed
             << std::setprecision(4) << auc.mean << "\nloss " << loss << "\n";
-  for (const auto& name : auc.undefined) log.warn("column '" + name + "' has a single class: AUC undefined");
-  if (r.skipped > 0) log.warn(std::to_string(r.skipped) + " unreadable images skipped");
-  if (!args.out.empty()) {
-    nlohmann::json j;
-    j["auc_mean"] = std::isnan(auc.mean) ? nlohmann::json() : nlohmann::json(auc.mean);
-    j["auc"] = per_class;
-    j["loss"] = loss;
-    j["num_images"] = r.rows.size(0);
-    j["checkpoint"] = args.checkpoint;
-    j["epoch"] = meta.epoch;
-    j["weights"] = meta.ema ? "ema" : "model";
-    j["source"] = source;
-    j["tta_hflip"] = args.tta || config.train.tta_hflip;
-    write_file_atomic(args.out, j.dump(2) + "\n");
-    std::cout << "wrote " << args.out << "\n";
-  }
-  return 0;
 }
 
-int run_predict(const EvalArgs& args) {
-  const torch::Device device = worker_device(WorldInfo{});
-  TrainedModel trained = load_for_inference(args, device);
-  const TrainedModelInfo& meta = trained.info;
-  Config config = eval_config(args, meta);
-  apply_threads(config);
-  RunLog log(true);
+nlohmann::json evaluation_json(const std::vector<std::string>& paths, const EvalData& data,
+                               const EnsembleResult& r, const AucReport& auc, double loss) {
+  const std::vector<std::string>& names = r.models.front().label_names;
+  nlohmann::json j, per_class = nlohmann::json::object();
+  for (size_t k = 0; k < names.size(); ++k)
+    per_class[names[k]] = auc.per_class[k] ? nlohmann::json(*auc.per_class[k]) : nlohmann::json();
+  j["auc_mean"] = std::isnan(auc.mean) ? nlohmann::json() : nlohmann::json(auc.mean);
+  j["auc"] = per_class;
+  j["loss"] = loss;
+  j["num_images"] = r.rows.size(0);
+  j["checkpoints"] = paths;
+  j["models"] = nlohmann::json::array();
+  for (size_t i = 0; i < r.models.size(); ++i)
+    j["models"].push_back({{"checkpoint", paths[i]},
+                           {"model", r.models[i].model.name},
+                           {"epoch", r.models[i].epoch},
+                           {"weights", r.models[i].ema ? "ema" : "model"},
+                           {"image_size", r.options[i].image_size}});
+  if (paths.size() == 1) {
+    j["checkpoint"] = paths.front();
+    j["epoch"] = r.models.front().epoch;
+    j["weights"] = r.models.front().ema ? "ema" : "model";
+  }
+  j["source"] = data.source;
+  j["tta_hflip"] = r.options.front().tta_hflip;
+  return j;
+}
+
+// Rank 0's part of evaluate: AUC and loss (one model: of its logits, as validation; an ensemble: of the
+// averaged probabilities), the table, the JSON.
+void report_evaluation(const EvalArgs& args, const std::vector<std::string>& paths, const EvalData& data,
+                       const EnsembleResult& r, RunLog& log) {
+  const bool single = paths.size() == 1;
+  const std::vector<std::string>& names = r.models.front().label_names;
+  const double loss = single ? torch::binary_cross_entropy_with_logits(r.logits, r.labels).item<double>()
+                             : probability_bce(r.probs, r.labels);
+  const AucReport auc = multilabel_auc(single ? r.logits : r.probs, r.labels, names);
+  print_evaluation(paths, data, r, auc, loss);
+  for (const auto& name : auc.undefined) log.warn("column '" + name + "' has a single class: AUC undefined");
+  if (r.skipped > 0) log.warn(std::to_string(r.skipped) + " unreadable images skipped");
+  if (args.out.empty()) return;
+  write_file_atomic(args.out, evaluation_json(paths, data, r, auc, loss).dump(2) + "\n");
+  std::cout << "wrote " << args.out << "\n";
+}
+
+DatasetIndex prediction_index(const EvalArgs& args, const Config& config) {
   DatasetIndex index;
   if (!args.csv.empty()) {
     IndexOptions io = index_options(config.data);
     io.with_labels = false;
-    io.label_columns = meta.label_names;
+    io.label_columns = config.data.label_columns;
     index = load_index(args.csv, args.images, io);
   } else {
     index = index_from_folder(args.images, config.data.image_ext);
   }
-  index.label_names = meta.label_names;
-  std::vector<int64_t> rows(index.size());
-  std::iota(rows.begin(), rows.end(), 0);
-  set_memory_format(*trained.model, resolve_channels_last(config.train.channels_last, device));
-  auto collectives = make_local_collectives();
-  log.info("predict: " + std::to_string(index.size()) + " images from " + args.images);
-  const InferenceResult r =
-      run_inference(*trained.model, index, rows, inference_options(config, device, args.tta), *collectives);
-  const torch::Tensor probs = torch::sigmoid(r.logits).contiguous();
+  index.label_names = config.data.label_columns;
+  return index;
+}
+
+std::string submission_csv(const Config& config, const DatasetIndex& index, const EnsembleResult& r) {
   std::ostringstream csv;
   csv << config.data.id_column;
-  for (const auto& name : meta.label_names) csv << "," << name;
+  for (const auto& name : index.label_names) csv << "," << name;
   csv << "\n" << std::fixed << std::setprecision(6);
-  const auto pa = probs.accessor<float, 2>();
+  const auto pa = r.probs.accessor<double, 2>();
   const auto ra = r.rows.accessor<int64_t, 1>();
-  for (int64_t i = 0; i < probs.size(0); ++i) {
+  for (int64_t i = 0; i < r.probs.size(0); ++i) {
     csv << index.ids[ra[i]];
-    for (int64_t k = 0; k < probs.size(1); ++k) csv << "," << pa[i][k];
+    for (int64_t k = 0; k < r.probs.size(1); ++k) csv << "," << pa[i][k];
     csv << "\n";
   }
-  write_file_atomic(args.out, csv.str());
-  if (r.skipped > 0)
-    log.warn(std::to_string(r.skipped) + " unreadable images skipped (no row written for them)");
-  log.info("wrote " + args.out + " (" + std::to_string(probs.size(0)) + " rows)");
+  return csv.str();
+}
+
+// `cv`'s training of fold `k`: a `train` run with data.fold and output.dir set (its workers, with
+// nproc_per_node > 1, re-run that `train` command line). Skipped when the fold's run is finished.
+int train_fold(const CvArgs& args, const Config& config, int k, RunLog& log) {
+  const Config fold = fold_config(config, k);
+  const std::string name = "cv: fold " + std::to_string(k) + " of " + std::to_string(config.data.folds);
+  if (const std::string done = fold_finished(fold); !done.empty()) {
+    log.info(name + ": already finished (" + done + ") in " + fold.output.dir + "; not trained again");
+    return 0;
+  }
+  if (const int sig = g_stop_signal.load()) return 128 + sig;
+  log.info(name + ": training in " + fold.output.dir);
+  std::string dir_yaml;  // output.dir as a single-quoted YAML string
+  for (char ch : fold.output.dir) dir_yaml += ch == '\'' ? std::string("''") : std::string(1, ch);
+  TrainArgs t;
+  t.config = args.config;
+  t.sets = args.sets;
+  t.sets.push_back("data.fold=" + std::to_string(k));
+  t.sets.push_back("output.dir='" + dir_yaml + "'");
+  t.nproc_per_node = args.nproc_per_node;
+  t.argv = {"train", "--config", args.config};
+  for (const auto& s : t.sets) t.argv.insert(t.argv.end(), {"--set", s});
+  if (!args.nproc_per_node.empty()) t.argv.insert(t.argv.end(), {"--nproc-per-node", args.nproc_per_node});
+  return run_train(t);
+}
+
+}  // namespace
+
+int run_evaluate(const EvalArgs& args) {
+  const std::vector<std::string> paths = model_paths(args);
+  if (!args.csv.empty() && args.images.empty())
+    throw std::runtime_error("--csv needs --images (the folder of the CSV's images)");
+  const Config config = eval_config(args, paths);
+  auto body = [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
+    configure_device(device);
+    const EvalData data = evaluation_data(args, c);
+    const EnsembleResult r = run_ensemble(paths, member_options(args, c, device, paths.size() > 1),
+                                          data.index, data.rows, device, collectives);
+    if (collectives.is_main()) report_evaluation(args, paths, data, r, log);
+    return 0;
+  };
+  return run_job(config, args.argv, body, /*needs_dataset=*/args.csv.empty());
+}
+
+int run_predict(const EvalArgs& args) {
+  const std::vector<std::string> paths = model_paths(args);
+  const Config config = eval_config(args, paths);
+  auto body = [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
+    configure_device(device);
+    const DatasetIndex index = prediction_index(args, c);
+    std::vector<int64_t> rows(index.size());
+    std::iota(rows.begin(), rows.end(), 0);
+    log.info("predict: " + std::to_string(index.size()) + " images from " + args.images + " with " +
+             models_text(paths));
+    const EnsembleResult r = run_ensemble(paths, member_options(args, c, device, paths.size() > 1), index,
+                                          rows, device, collectives);
+    if (!collectives.is_main()) return 0;
+    write_file_atomic(args.out, submission_csv(c, index, r));
+    if (r.skipped > 0)
+      log.warn(std::to_string(r.skipped) + " unreadable images skipped (no row written for them)");
+    log.info("wrote " + args.out + " (" + std::to_string(r.probs.size(0)) + " rows)");
+    return 0;
+  };
+  return run_job(config, args.argv, body, /*needs_dataset=*/false);
+}
+
+int run_cv(const CvArgs& args) {
+  const Config config = job_config(args.config, args.sets, args.nproc_per_node);
+  if (config.data.folds < 2)
+    throw std::runtime_error("cv needs data.folds >= 2 (it is " + std::to_string(config.data.folds) +
+                             "): set it in the config or with --set data.folds=5");
+  RunLog log(true);
+  for (int k = 0; k < config.data.folds; ++k)
+    if (const int status = train_fold(args, config, k, log); status != 0) return status;
+  if (const int sig = g_stop_signal.load()) return 128 + sig;
+  const torch::Device device = worker_device(WorldInfo{});
+  configure_device(device);
+  const CvReport report = write_out_of_fold(config, device, log);
+  log.info("cv: out-of-fold mean AUC " + std::to_string(report.auc.mean) + " over " +
+           std::to_string(report.num_images) + " images; wrote " + config.output.dir + "/oof.csv and " +
+           config.output.dir + "/cv.json");
   return 0;
 }
 

@@ -16,13 +16,22 @@ struct TrainArgs {
 };
 
 struct EvalArgs {
-  std::string config;  // "" = the checkpoint's own resolved config
+  std::string config;  // "" = the first model's own resolved config
   std::vector<std::string> sets;
-  std::string checkpoint;
-  std::string csv;     // "" = the config's validation split
-  std::string images;  // image folder for --csv / predict
+  std::vector<std::string> checkpoints;  // --checkpoint, repeatable: several = an ensemble
+  std::string checkpoints_from;          // --checkpoints-from RUN_DIR: its best.pt, or every fold's
+  std::string csv;                       // "" = the config's validation split
+  std::string images;                    // image folder for --csv / predict
   std::string out;
   bool tta = false;
+  std::string nproc_per_node;     // --nproc-per-node ("" = 1 process)
+  std::vector<std::string> argv;  // the command line after the program name (re-used by workers)
+};
+
+struct CvArgs {
+  std::string config;
+  std::vector<std::string> sets;  // --set key=value
+  std::string nproc_per_node;     // --nproc-per-node ("" = from the config)
 };
 
 struct BenchArgs {
@@ -56,6 +65,9 @@ struct ExportArgs {
 int run_train(const TrainArgs& args);
 int run_evaluate(const EvalArgs& args);
 int run_predict(const EvalArgs& args);
+/// `ranzcr cv`: trains every fold of data.folds (each a `train` run in output.dir/fold_K, skipped when
+/// finished), then writes output.dir/oof.csv and cv.json.
+int run_cv(const CvArgs& args);
 int run_bench(const BenchArgs& args);
 int run_synth(const SynthArgs& args);
 /// Redraws the PNG training curves of a run folder from its metrics.jsonl.

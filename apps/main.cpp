@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   ranzcr::BenchArgs bench;
   ranzcr::PlotArgs plot;
   ranzcr::ExportArgs exp;
+  ranzcr::CvArgs cv;
 
   auto* t = app.add_subcommand("train", "Train a model from a YAML config");
   t->add_option("--config", train.config, "YAML config file")->required();
@@ -46,24 +47,35 @@ int main(int argc, char** argv) {
   t->add_option("--nproc-per-node", train.nproc_per_node, "Worker processes on this node: N or auto");
 
   auto* e = app.add_subcommand("evaluate", "Score a checkpoint: per-label and mean ROC AUC, loss");
-  e->add_option("--config", eval.config, "YAML config (default: the checkpoint's resolved config)");
+  e->add_option("--config", eval.config, "YAML config (default: the first model's resolved config)");
   e->add_option("--set", eval.sets, "Override a config key");
-  e->add_option("--checkpoint", eval.checkpoint, "Checkpoint (.pt) or exported .safetensors file")
-      ->required();
+  e->add_option("--checkpoint", eval.checkpoints,
+                "Checkpoint (.pt) or exported .safetensors file; repeat it for an ensemble");
+  e->add_option("--checkpoints-from", eval.checkpoints_from,
+                "Run folder: its checkpoints/best.pt, or a cv folder's every fold_K/checkpoints/best.pt");
   e->add_option("--csv", eval.csv, "Labelled CSV to evaluate on (default: the config's validation split)");
   e->add_option("--images", eval.images, "Image folder for --csv");
   e->add_option("--out", eval.out, "Write metrics JSON here");
   e->add_flag("--tta", eval.tta, "Average with the horizontally flipped image");
+  e->add_option("--nproc-per-node", eval.nproc_per_node, "Worker processes sharing the images: N or auto");
 
   auto* p = app.add_subcommand("predict", "Write a Kaggle submission CSV of probabilities");
-  p->add_option("--config", pred.config, "YAML config (default: the checkpoint's resolved config)");
+  p->add_option("--config", pred.config, "YAML config (default: the first model's resolved config)");
   p->add_option("--set", pred.sets, "Override a config key");
-  p->add_option("--checkpoint", pred.checkpoint, "Checkpoint (.pt) or exported .safetensors file")
-      ->required();
+  p->add_option("--checkpoint", pred.checkpoints,
+                "Checkpoint (.pt) or exported .safetensors file; repeat it for an ensemble");
+  p->add_option("--checkpoints-from", pred.checkpoints_from,
+                "Run folder: its checkpoints/best.pt, or a cv folder's every fold_K/checkpoints/best.pt");
   p->add_option("--images", pred.images, "Image folder (every <id><data.image_ext> in it)")->required();
   p->add_option("--csv", pred.csv, "Predict only the ids listed in this CSV (e.g. sample_submission.csv)");
   p->add_option("--out", pred.out, "Submission CSV to write")->required();
   p->add_flag("--tta", pred.tta, "Average with the horizontally flipped image");
+  p->add_option("--nproc-per-node", pred.nproc_per_node, "Worker processes sharing the images: N or auto");
+
+  auto* c = app.add_subcommand("cv", "Train every fold of data.folds, then out-of-fold predictions");
+  c->add_option("--config", cv.config, "YAML config file (data.folds >= 2)")->required();
+  c->add_option("--set", cv.sets, "Override a config key: --set data.folds=5");
+  c->add_option("--nproc-per-node", cv.nproc_per_node, "Worker processes per fold on this node: N or auto");
 
   auto* s = app.add_subcommand("synth", "Generate a synthetic RANZCR-shaped data set (Kaggle layout)");
   s->add_option("--out", synth.out, "Output folder (must not exist)")->required();
@@ -113,8 +125,15 @@ int main(int argc, char** argv) {
       train.argv.assign(argv + 1, argv + argc);
       return ranzcr::run_train(train);
     }
-    if (e->parsed()) return ranzcr::run_evaluate(eval);
-    if (p->parsed()) return ranzcr::run_predict(pred);
+    if (e->parsed()) {
+      eval.argv.assign(argv + 1, argv + argc);
+      return ranzcr::run_evaluate(eval);
+    }
+    if (p->parsed()) {
+      pred.argv.assign(argv + 1, argv + argc);
+      return ranzcr::run_predict(pred);
+    }
+    if (c->parsed()) return ranzcr::run_cv(cv);
     if (s->parsed()) return ranzcr::run_synth(synth);
     if (b->parsed()) {
       bench.argv.assign(argv + 1, argv + argc);

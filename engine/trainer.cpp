@@ -79,6 +79,11 @@ Split validation_split(const Config& config, const DatasetIndex& index) {
                      : group_split(index.groups, d.val_fraction, config.seed);
 }
 
+bool run_finished(const TrainConfig& train, const CheckpointMeta& meta) {
+  const int patience = train.early_stop_patience;
+  return meta.epoch >= train.epochs || (patience > 0 && meta.epochs_since_best >= patience);
+}
+
 double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double lr, double min_ratio) {
   if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   const double span = std::max<int64_t>(1, total_steps - warmup_steps);
@@ -480,7 +485,7 @@ TrainSummary Trainer::fit() {
   summary_.best_auc = meta_.best_metric;
   summary_.epochs = meta_.epoch;
   const bool early_stopped = early_stop_due();
-  if (meta_.epoch >= config_.train.epochs || early_stopped) {
+  if (run_finished(config_.train, meta_)) {
     summary_.already_finished = true;
     log_.info("nothing to train: the run in " + out_dir_ + " has finished (" + std::to_string(meta_.epoch) +
               " epochs" + (early_stopped ? ", stopped early" : "") + "; raise train.epochs" +

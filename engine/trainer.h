@@ -66,6 +66,10 @@ InferenceOptions inference_options(const Config& config, torch::Device device, b
 /// val_fraction holdout; grouped by the index's groups, seeded by `seed`.
 Split validation_split(const Config& config, const DatasetIndex& index);
 
+/// Whether a run whose last checkpoint has `meta` has trained all the epochs `train` asks for (or stopped
+/// early): resuming it with train.resume auto has nothing to train.
+bool run_finished(const TrainConfig& train, const CheckpointMeta& meta);
+
 /// The config's model with `num_classes` outputs on `device`, in NHWC when `channels_last`, with the
 /// weights of model.pretrained when set (see load_pretrained); `pretrained_log` gets what was loaded.
 std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
