@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include "data/batch_loader.h"
 #include "tests/test_util.h"
