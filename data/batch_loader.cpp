@@ -55,13 +55,16 @@ Batch BatchLoader::make_batch(int64_t b) const {
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, rows_.size());
   std::vector<TransformedImage> images;
   std::vector<int64_t> kept;
+  std::vector<cv::Size> sizes;
   Batch batch;
   for (int64_t i = begin; i < end; ++i) {
     const int64_t row = rows_[i];
     try {
-      const cv::Mat gray = decode_grayscale(index_.image_paths[row], transform_.options().image_size);
+      cv::Size size;
+      const cv::Mat gray = decode_grayscale(index_.image_paths[row], transform_.options().image_size, &size);
       images.push_back(transform_.transform_u8(gray, epoch_, row));
       kept.push_back(row);
+      sizes.push_back(size);
     } catch (const std::runtime_error& e) {
       if (!options_.skip_bad_images)
         throw std::runtime_error(std::string(e.what()) +
@@ -70,7 +73,26 @@ Batch BatchLoader::make_batch(int64_t b) const {
     }
   }
   collate(images, kept, &batch);
+  if (options_.annotations) collate_masks(images, kept, sizes, &batch);
   return batch;
+}
+
+void BatchLoader::collate_masks(const std::vector<TransformedImage>& images, const std::vector<int64_t>& kept,
+                                const std::vector<cv::Size>& sizes, Batch* batch) const {
+  const int s = transform_.options().image_size;
+  const int64_t n = static_cast<int64_t>(kept.size());
+  auto opts = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(options_.pin_memory);
+  batch->masks = torch::zeros({n, 1, s, s}, opts);
+  batch->has_annotation = torch::zeros({n}, opts.dtype(torch::kFloat32));
+  const auto& by_row = options_.annotations->by_row;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& devices = by_row.at(static_cast<size_t>(kept[i]));
+    if (devices.empty()) continue;
+    const cv::Mat mask = transform_mask(rasterize_mask(devices, sizes[i], s), images[i].geometry);
+    uint8_t* dst = batch->masks.data_ptr<uint8_t>() + i * s * s;
+    for (int y = 0; y < s; ++y) std::memcpy(dst + y * s, mask.ptr<uint8_t>(y), s);
+    batch->has_annotation.data_ptr<float>()[i] = 1.0f;
+  }
 }
 
 void BatchLoader::collate(const std::vector<TransformedImage>& images, const std::vector<int64_t>& kept,

@@ -7,23 +7,27 @@
 #include <condition_variable>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "data/annotations.h"
 #include "data/dataset_index.h"
 #include "data/image_pipeline.h"
 
 namespace ranzcr {
 
 struct Batch {
-  torch::Tensor images;        // [N, 1, S, S] float32 in [0, 1]; uint8 with LoaderOptions::uint8_images
-  torch::Tensor pixel_scale;   // [N] float32, uint8 batches only: float = clamp(u8 * scale + offset, 0, 1)
-  torch::Tensor pixel_offset;  // [N] float32, uint8 batches only
-  torch::Tensor labels;        // [N, C] float32, 0/1 ([N, 0] when the index is unlabeled)
-  torch::Tensor indices;       // [N] int64, rows of the DatasetIndex
-  int64_t skipped = 0;         // unreadable images left out of this batch (skip_bad_images)
+  torch::Tensor images;          // [N, 1, S, S] float32 in [0, 1]; uint8 with LoaderOptions::uint8_images
+  torch::Tensor pixel_scale;     // [N] float32, uint8 batches only: float = clamp(u8 * scale + offset, 0, 1)
+  torch::Tensor pixel_offset;    // [N] float32, uint8 batches only
+  torch::Tensor labels;          // [N, C] float32, 0/1 ([N, 0] when the index is unlabeled)
+  torch::Tensor indices;         // [N] int64, rows of the DatasetIndex
+  torch::Tensor masks;           // LoaderOptions::annotations only: [N, 1, S, S] uint8 0/1, the devices
+  torch::Tensor has_annotation;  // LoaderOptions::annotations only: [N] float32, 1 = the image has devices
+  int64_t skipped = 0;           // unreadable images left out of this batch (skip_bad_images)
 };
 
 /// The float images of a uint8 batch: clamp(u8 * scale + offset, 0, 1) per image, on the tensors'
@@ -40,6 +44,8 @@ struct LoaderOptions {
   bool drop_last = false;        // drop a final partial batch
   bool pin_memory = false;       // page-locked host memory (for CUDA copies)
   bool uint8_images = false;     // hand over 8-bit images + per-image scale/offset (normalised later)
+  /// Set: each batch also carries the device masks (rasterised, then the image's geometric transform).
+  std::shared_ptr<const ImageAnnotations> annotations;
 };
 
 class BatchLoader {
@@ -64,6 +70,9 @@ class BatchLoader {
   Batch make_batch(int64_t b) const;
   void collate(const std::vector<TransformedImage>& images, const std::vector<int64_t>& kept,
                Batch* batch) const;
+  /// The masks of the kept images (sizes: the files' own) into batch->masks / has_annotation.
+  void collate_masks(const std::vector<TransformedImage>& images, const std::vector<int64_t>& kept,
+                     const std::vector<cv::Size>& sizes, Batch* batch) const;
 
   const DatasetIndex& index_;
   std::vector<int64_t> rows_;

@@ -32,6 +32,8 @@ struct DataConfig {
   int num_workers = 2;                         // loader threads (decode + augment)
   int prefetch_batches = 4;                    // bounded prefetch queue depth
   bool skip_bad_images = false;                // count and skip unreadable images instead of failing
+  std::string annotations_csv = "train_annotations.csv";  // device polylines, relative to root
+  bool skip_bad_annotations = false;  // count and skip annotation rows with unknown ids or bad polylines
   AugmentConfig augment;
 };
 

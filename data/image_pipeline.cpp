@@ -57,14 +57,14 @@ uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t index) {
   return splitmix64(splitmix64(splitmix64(seed) ^ epoch) ^ index);
 }
 
-cv::Mat decode_grayscale(const std::string& path, int target_size) {
+cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open image " + path);
   std::vector<uchar> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (buf.empty()) throw std::runtime_error("empty image file " + path);
   int flags = cv::IMREAD_GRAYSCALE;
+  int w = 0, h = 0;
   if (is_jpeg(buf)) {
-    int w = 0, h = 0;
     if (!jpeg_size(buf, &w, &h) || !jpeg_complete(buf))
       throw std::runtime_error("corrupt or truncated JPEG " + path);
     const int side = std::min(w, h);
@@ -78,6 +78,7 @@ cv::Mat decode_grayscale(const std::string& path, int target_size) {
   cv::Mat img = cv::imdecode(buf, flags);
   if (img.empty()) throw std::runtime_error("cannot decode image " + path + " (corrupt or not an image)");
   if (img.depth() != CV_8U) img.convertTo(img, CV_8U, img.depth() == CV_16U ? 1.0 / 257.0 : 1.0);
+  if (original_size) *original_size = w > 0 ? cv::Size(w, h) : img.size();
   return img;
 }
 
@@ -96,22 +97,43 @@ TransformedImage ImageTransform::transform_u8(const cv::Mat& gray, int64_t epoch
   if (!options_.train) return out;
   std::mt19937_64 rng(mix_seed(options_.seed, epoch, sample_index));
   auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
-  const double angle = uniform(-aug.rotate_deg, aug.rotate_deg);
-  const double scale = uniform(1.0 - aug.scale, 1.0 + aug.scale);
-  const double tx = uniform(-aug.shift, aug.shift) * s, ty = uniform(-aug.shift, aug.shift) * s;
-  const bool flip = aug.hflip && uniform(0.0, 1.0) < 0.5;
+  Geometry& g = out.geometry;
+  g.angle = uniform(-aug.rotate_deg, aug.rotate_deg);
+  g.scale = uniform(1.0 - aug.scale, 1.0 + aug.scale);
+  g.tx = uniform(-aug.shift, aug.shift) * s, g.ty = uniform(-aug.shift, aug.shift) * s;
+  g.flip = aug.hflip && uniform(0.0, 1.0) < 0.5;
   const double brightness = uniform(-aug.brightness, aug.brightness);
   const double contrast = uniform(1.0 - aug.contrast, 1.0 + aug.contrast);
-  if (angle != 0.0 || scale != 1.0 || tx != 0.0 || ty != 0.0) {
-    cv::Mat m = cv::getRotationMatrix2D(cv::Point2f(0.5f * (s - 1), 0.5f * (s - 1)), angle, scale);
-    m.at<double>(0, 2) += tx;
-    m.at<double>(1, 2) += ty;
-    cv::warpAffine(img, img, m, img.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
-  }
-  if (flip) cv::flip(img, img, 1);
+  img = apply_geometry(img, g);
   // float = (x - 0.5) * contrast + 0.5 + brightness, clipped to [0, 1]
   out.scale = contrast / 255.0;
   out.offset = 0.5 - 0.5 * contrast + brightness;
+  return out;
+}
+
+cv::Mat apply_geometry(const cv::Mat& image, const Geometry& g) {
+  cv::Mat img = image;
+  if (g.angle != 0.0 || g.scale != 1.0 || g.tx != 0.0 || g.ty != 0.0) {
+    const float c = 0.5f * static_cast<float>(img.cols - 1);
+    cv::Mat m =
+        cv::getRotationMatrix2D(cv::Point2f(c, 0.5f * static_cast<float>(img.rows - 1)), g.angle, g.scale);
+    m.at<double>(0, 2) += g.tx;
+    m.at<double>(1, 2) += g.ty;
+    cv::Mat warped;
+    cv::warpAffine(img, warped, m, img.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
+    img = warped;
+  }
+  if (g.flip) {
+    cv::Mat flipped;
+    cv::flip(img, flipped, 1);
+    img = flipped;
+  }
+  return img;
+}
+
+cv::Mat transform_mask(const cv::Mat& mask, const Geometry& g) {
+  cv::Mat out;
+  cv::threshold(apply_geometry(mask, g), out, 127, 1, cv::THRESH_BINARY);
   return out;
 }
 

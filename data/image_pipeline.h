@@ -13,7 +13,8 @@ namespace ranzcr {
 /// Decodes an image file to CV_8UC1 grayscale. JPEGs whose shorter side is at least twice `target_size`
 /// are decoded at reduced resolution (1/2, 1/4 or 1/8, the largest factor that keeps the shorter side
 /// >= target_size). Throws std::runtime_error for a missing, unreadable, truncated or corrupt file.
-cv::Mat decode_grayscale(const std::string& path, int target_size);
+/// `original_size` (optional) gets the file's own size, before any reduced decoding.
+cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size = nullptr);
 
 /// A seed from (seed, epoch, sample index): augmentation randomness never depends on thread timing.
 uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t index);
@@ -25,6 +26,22 @@ struct TransformOptions {
   uint64_t seed = 0;
 };
 
+/// The random geometric part of a training transform, applied after the resize to image_size: a rotation
+/// by `angle` degrees with zoom `scale` about the image centre, a shift (tx, ty) in pixels, then a
+/// horizontal flip. The identity for evaluation.
+struct Geometry {
+  double angle = 0.0, scale = 1.0, tx = 0.0, ty = 0.0;
+  bool flip = false;
+};
+
+/// Applies `g` to a CV_8UC1 image already at the output size (bilinear, zero border; then the flip).
+cv::Mat apply_geometry(const cv::Mat& image, const Geometry& g);
+
+/// A mask through the same geometry as its image: `mask` is CV_8UC1 0/255 at the output size, drawn in
+/// the resized image's coordinates; the result is CV_8UC1 0/1, the bilinear warp thresholded at 128, so
+/// it equals apply_geometry of the same picture thresholded (a 0/255 image drawn like the mask).
+cv::Mat transform_mask(const cv::Mat& mask, const Geometry& g);
+
 /// An image after the geometric part of the transform, with its photometric part still to apply:
 /// the float image is clamp(u8 * scale + offset, 0, 1). Keeping the 8-bit image lets a loader ship a
 /// quarter of the bytes and the GPU do the float conversion (see normalize_images).
@@ -32,6 +49,7 @@ struct TransformedImage {
   cv::Mat u8;                  // CV_8UC1 [image_size, image_size]
   double scale = 1.0 / 255.0;  // contrast / 255
   double offset = 0.0;         // 0.5 - 0.5 * contrast + brightness
+  Geometry geometry;           // what was applied after the resize (for the image's mask)
 };
 
 /// Resize (and for training: random affine, flip, brightness/contrast), from CV_8UC1 of any size to

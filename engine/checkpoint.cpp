@@ -148,7 +148,8 @@ void append_line(const std::string& path, const std::string& line) {
 }
 
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                                 torch::optim::Optimizer* optimizer, torch::nn::Module* ema) {
+                                 torch::optim::Optimizer* optimizer, torch::nn::Module* ema,
+                                 torch::nn::Module* aux_head) {
   torch::serialize::OutputArchive archive;
   archive.write("ranzcr_format_version", c10::IValue(meta.format_version));
   archive.write("epoch", c10::IValue(meta.epoch));
@@ -177,6 +178,11 @@ std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& 
     torch::serialize::OutputArchive ema_archive;
     ema->save(ema_archive);
     archive.write("ema", ema_archive);
+  }
+  if (aux_head) {
+    torch::serialize::OutputArchive aux_archive;
+    aux_head->save(aux_archive);
+    archive.write("aux_head", aux_archive);
   }
   std::ostringstream bytes;
   archive.save_to(bytes);
@@ -240,6 +246,23 @@ void CheckpointReader::restore_ema(torch::nn::Module& module) {
     module.load(ema);
   } catch (const c10::Error& e) {
     throw std::runtime_error(path_ + ": the checkpoint's EMA weights do not match the model '" +
+                             meta_.model_name + "': " + e.what_without_backtrace());
+  }
+}
+
+bool CheckpointReader::has_aux_head() {
+  torch::serialize::InputArchive aux;
+  return archive_.try_read("aux_head", aux);
+}
+
+void CheckpointReader::restore_aux_head(torch::nn::Module& module) {
+  torch::serialize::InputArchive aux;
+  if (!archive_.try_read("aux_head", aux))
+    throw std::runtime_error(path_ + ": the checkpoint holds no auxiliary segmentation head");
+  try {
+    module.load(aux);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(path_ + ": the checkpoint's auxiliary head does not match the model '" +
                              meta_.model_name + "': " + e.what_without_backtrace());
   }
 }

@@ -35,9 +35,12 @@ struct CheckpointMeta {
   torch::Tensor rng_states;
 };
 
-/// The checkpoint file's bytes: model, optimizer (may be null), the EMA weights (may be null) and meta.
+/// The checkpoint file's bytes: model, optimizer (may be null), the EMA weights (may be null), the
+/// training-only auxiliary head (may be null; stored apart from the model, which inference reads alone)
+/// and meta.
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                                 torch::optim::Optimizer* optimizer, torch::nn::Module* ema = nullptr);
+                                 torch::optim::Optimizer* optimizer, torch::nn::Module* ema = nullptr,
+                                 torch::nn::Module* aux_head = nullptr);
 
 /// Writes model, optimizer (may be null) and meta to `path` atomically.
 void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
@@ -56,6 +59,10 @@ class CheckpointReader {
   bool has_ema();
   /// Restores the EMA weights into `module` (a model of the checkpoint's architecture).
   void restore_ema(torch::nn::Module& module);
+  /// Whether the checkpoint holds an auxiliary segmentation head (model.aux_seg_weight > 0).
+  bool has_aux_head();
+  /// Restores the auxiliary head's weights into `module`.
+  void restore_aux_head(torch::nn::Module& module);
 
  private:
   std::string path_;

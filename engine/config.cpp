@@ -30,6 +30,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.num_workers", d.num_workers);
   v("data.prefetch_batches", d.prefetch_batches);
   v("data.skip_bad_images", d.skip_bad_images);
+  v("data.annotations_csv", d.annotations_csv);
+  v("data.skip_bad_annotations", d.skip_bad_annotations);
   auto& a = d.augment;
   v("data.augment.hflip", a.hflip);
   v("data.augment.rotate_deg", a.rotate_deg);
@@ -51,6 +53,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("model.pretrained", c.model.pretrained);
   v("model.input_mean", c.model.input_mean);
   v("model.input_std", c.model.input_std);
+  v("model.aux_seg_weight", c.model.aux_seg_weight);
   auto& o = c.optim;
   v("optim.name", o.name);
   v("optim.lr", o.lr);
@@ -269,6 +272,10 @@ void validate_config(const Config& c) {
   require(c.synth.image_size >= 64, "synth.image_size must be at least 64");
   require(c.model.in_channels == 1 || c.model.in_channels == 3, "model.in_channels must be 1 or 3");
   require(c.model.dropout >= 0.0 && c.model.dropout < 1.0, "model.dropout must be in [0, 1)");
+  require(std::isfinite(c.model.aux_seg_weight) && c.model.aux_seg_weight >= 0.0,
+          "model.aux_seg_weight must be >= 0 (0 = off)");
+  require(c.model.aux_seg_weight == 0.0 || !c.data.annotations_csv.empty(),
+          "data.annotations_csv must name a file when model.aux_seg_weight > 0");
   for (const auto* key : {"model.input_mean", "model.input_std"}) {
     const auto& values = std::string(key) == "model.input_mean" ? c.model.input_mean : c.model.input_std;
     require(values.size() == 1 || static_cast<int>(values.size()) == c.model.in_channels,

@@ -22,7 +22,8 @@ struct ModelConfig {
   std::vector<double> input_mean{
       0.0};  // per channel (or one for all): input = (pixel in [0, 1] - mean) / std
   std::vector<double> input_std{
-      1.0};  // ImageNet weights: mean [0.485, 0.456, 0.406], std [0.229, 0.224, 0.225]
+      1.0};                     // ImageNet weights: mean [0.485, 0.456, 0.406], std [0.229, 0.224, 0.225]
+  double aux_seg_weight = 0.0;  // training only: weight of the device-mask segmentation loss (0 = off)
 };
 
 struct OptimConfig {

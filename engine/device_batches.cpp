@@ -53,6 +53,10 @@ DeviceBatch DeviceBatches::upload(Batch batch) const {
   if (options_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
   out.images = x;
   out.labels = batch.labels.to(options_.device, /*non_blocking=*/true);
+  if (batch.masks.defined()) {
+    out.masks = batch.masks.to(options_.device, /*non_blocking=*/true);
+    out.has_annotation = batch.has_annotation.to(options_.device, /*non_blocking=*/true);
+  }
   return out;
 }
 
@@ -69,7 +73,9 @@ std::optional<DeviceBatch> DeviceBatches::next() {
   if (!side_) return fetch();
   std::optional<DeviceBatch> current = std::move(ahead_);
   if (!current) return std::nullopt;
-  side_->hand_over({current->images, current->labels});
+  std::vector<torch::Tensor> tensors = {current->images, current->labels};
+  if (current->masks.defined()) tensors.insert(tensors.end(), {current->masks, current->has_annotation});
+  side_->hand_over(tensors);
   ahead_ = fetch();  // the next copy runs while the caller computes on `current`
   return current;
 }

@@ -20,8 +20,10 @@ struct DeviceBatch {
   torch::Tensor images;  // [N, in_channels, S, S] float32 on the device (NHWC with channels_last): the pixels
                          // in [0, 1], normalised with input_mean/input_std
   torch::Tensor labels;  // [N, C] float32 on the device
-  torch::Tensor indices;  // [N] int64 on the CPU: rows of the DatasetIndex
-  int64_t skipped = 0;    // unreadable images left out (skip_bad_images)
+  torch::Tensor indices;         // [N] int64 on the CPU: rows of the DatasetIndex
+  torch::Tensor masks;           // with the loader's annotations: [N, 1, S, S] uint8 0/1 on the device
+  torch::Tensor has_annotation;  // with the loader's annotations: [N] float32 0/1 on the device
+  int64_t skipped = 0;           // unreadable images left out (skip_bad_images)
   int64_t size() const { return images.size(0); }
 };
 

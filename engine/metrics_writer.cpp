@@ -44,7 +44,8 @@ class ConsoleWriter : public MetricsWriter {
   }
   void epoch(const EpochRecord& r) override {
     log_.info("epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs) + " train_loss " +
-              fmt(r.train_loss) + " val_loss " + fmt(r.val_loss) + " val_auc " + fmt(r.auc.mean) +
+              fmt(r.train_loss) + (r.has_aux ? " train_aux_loss " + fmt(r.train_aux_loss) : "") +
+              " val_loss " + fmt(r.val_loss) + " val_auc " + fmt(r.auc.mean) +
               (r.has_ema ? " ema_val_auc " + fmt(r.ema_auc.mean) : "") + (r.improved ? " (best)" : "") + " " +
               fmt(r.images_per_sec, 1) + " img/s " + fmt(r.epoch_seconds, 1) + " s");
     for (const auto& name : r.auc.undefined)
@@ -73,6 +74,7 @@ class JsonlWriter : public MetricsWriter {
     j["epoch"] = r.epoch;
     j["step"] = r.step;
     j["train_loss"] = r.train_loss;
+    if (r.has_aux) j["train_aux_loss"] = r.train_aux_loss;
     j["val_loss"] = r.val_loss;
     j["val_auc_mean"] = std::isnan(r.auc.mean) ? nlohmann::json() : nlohmann::json(r.auc.mean);
     j["val_auc"] = per_class_json(r.auc, r.label_names);

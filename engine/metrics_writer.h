@@ -34,6 +34,8 @@ struct EpochRecord {
   bool has_ema = false;   // train.ema_decay > 0: the EMA weights were validated too
   double ema_val_loss = 0.0;
   AucReport ema_auc;
+  bool has_aux = false;         // model.aux_seg_weight > 0
+  double train_aux_loss = 0.0;  // mean mask BCE per annotated training image (unweighted)
 };
 
 class MetricsWriter {

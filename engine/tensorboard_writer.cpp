@@ -180,6 +180,7 @@ void TensorBoardWriter::epoch(const EpochRecord& r) {
     if (!std::isnan(r.ema_auc.mean))
       scalars.push_back({"val/ema_auc_mean", static_cast<float>(r.ema_auc.mean)});
   }
+  if (r.has_aux) scalars.push_back({"train/aux_loss", static_cast<float>(r.train_aux_loss)});  // per epoch
   write_scalars(r.step, scalars);
 }
 

@@ -15,9 +15,11 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, doubl
 }
 
 TrainStep::TrainStep(Classifier& model, torch::optim::Optimizer& optimizer, DistributedDataParallel& ddp,
-                     const torch::Device& device, StepOptions options)
-    : model_(model), optimizer_(optimizer), ddp_(ddp), device_(device), options_(options) {
+                     const torch::Device& device, StepOptions options, AuxSegStep aux)
+    : model_(model), optimizer_(optimizer), ddp_(ddp), device_(device), options_(options), aux_(aux) {
   parameters_ = model_.parameters();
+  if (aux_.head)
+    for (const auto& p : aux_.head->parameters()) parameters_.push_back(p);
   if (options_.precision == Precision::kFp16)
     scaler_ = std::make_unique<LossScaler>(device_, options_.loss_scaler);
 }
@@ -26,22 +28,45 @@ bool TrainStep::ends_window(int64_t i, int64_t n) const {
   return (i + 1) % options_.accum_steps == 0 || i + 1 == n;
 }
 
-torch::Tensor TrainStep::forward_backward(const torch::Tensor& images, const torch::Tensor& labels,
-                                          bool sync) {
+torch::Tensor TrainStep::forward_backward(const torch::Tensor& images, const torch::Tensor& labels, bool sync,
+                                          const AuxTarget* aux) {
   ddp_.set_require_sync(sync);
   // Every rank takes part in the buffer broadcast, also one whose batch came out empty (all images
   // unreadable and skipped): otherwise the ranks' collectives no longer pair up. Its gradients count as
   // zeros in the all-reduce (finish_gradient_sync).
   ddp_.before_forward();
+  torch::Tensor global_count;  // annotated images of this micro-batch on every rank (same reason)
+  if (aux_.head) {
+    TORCH_INTERNAL_ASSERT(aux && aux->has_annotation.defined(), "an auxiliary head needs its masks");
+    aux_images_ = aux->has_annotation.sum().to(torch::kFloat64);
+    global_count = aux_images_.clone();
+    if (aux_.collectives && aux_.collectives->world_size() > 1)
+      aux_.collectives->all_reduce_sum(global_count);
+    aux_sum_ = torch::Tensor();
+  }
   if (images.size(0) == 0) return {};
-  torch::Tensor logits;
+  torch::Tensor logits, seg_logits;
   {
     Autocast autocast(device_, options_.precision);
-    logits = model_.forward(images);
+    if (aux_.head) {
+      ClassifierOutput out = model_.forward_with_features(images);
+      logits = out.logits;
+      seg_logits = aux_.head->forward(out.features);
+    } else {
+      logits = model_.forward(images);
+    }
   }
-  // The loss in fp32 whatever the forward's precision.
+  // The losses in fp32 whatever the forward's precision.
   const torch::Tensor loss = torch::binary_cross_entropy_with_logits(logits.to(torch::kFloat32), labels);
-  torch::Tensor scaled = loss / options_.accum_steps;
+  torch::Tensor total = loss;
+  if (aux_.head) {
+    const torch::Tensor targets = mask_targets(aux->masks, seg_logits.size(2), seg_logits.size(3));
+    const torch::Tensor sum = aux_seg_loss_sum(seg_logits, targets, aux->has_annotation);
+    const int world = aux_.collectives ? aux_.collectives->world_size() : 1;
+    total = loss + aux_seg_rank_loss(sum, global_count, aux_.weight, world);
+    aux_sum_ = sum.detach();
+  }
+  torch::Tensor scaled = total / options_.accum_steps;
   if (scaler_) scaled = scaler_->scale(scaled);
   if (sync) ddp_.prepare_backward(scaled);
   scaled.backward();

@@ -123,12 +123,21 @@ std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model) {
+  return make_optimizer(o, model.parameters());
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
+                                                        std::vector<torch::Tensor> parameters) {
   if (o.name == "sgd")
     return std::make_unique<torch::optim::SGD>(
-        model.parameters(),
+        parameters,
         torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay));
-  return std::make_unique<torch::optim::AdamW>(model.parameters(),
+  return std::make_unique<torch::optim::AdamW>(parameters,
                                                torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+}
+
+std::string annotations_csv_path(const DataConfig& data) {
+  return (fs::path(data.root) / data.annotations_csv).string();
 }
 
 StepOptions step_options(const Config& config, const torch::Device& device) {
@@ -248,6 +257,11 @@ class Trainer::Progress {
     loss_sum_ += weighted, window_loss_ += weighted;
     seen_ += n, window_n_ += n;
   }
+  /// The auxiliary loss of a batch: its sum over the batch's annotated images and their number.
+  void add_aux(const torch::Tensor& sum, const torch::Tensor& images) {
+    if (!aux_sum_.defined()) aux_sum_ = torch::zeros({2}, sum.options().dtype(torch::kDouble));
+    aux_sum_ += torch::stack({sum.to(torch::kDouble), images.to(torch::kDouble)});
+  }
   /// After batch `done` (1-based, this run): a progress record every `period` seconds and at the end.
   void maybe_report(int64_t done, int64_t step, double lr, int world, MetricsWriter& out) {
     if (seconds_since(last_) < period_ && done != batches_) return;
@@ -266,17 +280,20 @@ class Trainer::Progress {
   /// The epoch's totals over every rank.
   EpochTotals totals(Collectives& collectives) const {
     const double seconds = seconds_since(start_);
-    torch::Tensor stats =
-        torch::tensor({loss_sum_.item<double>(), seen_, static_cast<double>(skipped_)}, torch::kDouble);
+    const torch::Tensor aux = aux_sum_.defined() ? aux_sum_.cpu() : torch::zeros({2}, torch::kDouble);
+    torch::Tensor stats = torch::tensor({loss_sum_.item<double>(), seen_, static_cast<double>(skipped_),
+                                         aux[0].item<double>(), aux[1].item<double>()},
+                                        torch::kDouble);
     collectives.all_reduce_sum(stats);
     const auto s = stats.accessor<double, 1>();
-    return EpochTotals{s[0], s[1], s[2], seconds};
+    return EpochTotals{s[0], s[1], s[2], seconds, s[3], s[4]};
   }
 
  private:
   int64_t epoch_, epochs_, before_, batches_;
   double period_;
   torch::Tensor loss_sum_, window_loss_;
+  torch::Tensor aux_sum_;  // [2] double on the device: mask BCE sum, annotated images
   double seen_ = 0.0, window_n_ = 0.0;
   int64_t skipped_ = 0;
   Clock::time_point start_ = Clock::now(), last_ = Clock::now();
@@ -315,6 +332,22 @@ void Trainer::load_data() {
             " labels; train " + std::to_string(split_.train.size()) + ", validation " +
             std::to_string(split_.val.size()) + " (grouped by " +
             (dc.group_column.empty() ? std::string("row") : dc.group_column) + ")");
+  if (config_.model.aux_seg_weight > 0) load_annotations();
+}
+
+void Trainer::load_annotations() {
+  const std::string path = annotations_csv_path(config_.data);
+  auto a = std::make_shared<ImageAnnotations>(
+      ranzcr::load_annotations(path, index_, config_.data.id_column, config_.data.skip_bad_annotations));
+  log_.info("annotations: " + std::to_string(a->rows) + " devices on " +
+            std::to_string(a->annotated_images()) + " of " + std::to_string(index_.size()) + " images (" +
+            path + ")");
+  if (a->skipped_rows > 0)
+    log_.warn(std::to_string(a->skipped_rows) + " bad rows of " + path +
+              " skipped (data.skip_bad_annotations)");
+  if (a->annotated_images() == 0)
+    throw std::runtime_error(path + ": no annotated training images; model.aux_seg_weight needs some");
+  annotations_ = std::move(a);
 }
 
 void Trainer::build_model() {
@@ -328,7 +361,12 @@ void Trainer::build_model() {
   if (!pretrained.empty()) log_.info("pretrained: " + pretrained);
   if (!config_.model.pretrained.empty())
     if (const std::string w = normalisation_mismatch(config_.model); !w.empty()) log_.warn(w);
-  optimizer_ = make_optimizer(config_.optim, *model_);
+  std::vector<torch::Tensor> parameters = model_->parameters();
+  if (config_.model.aux_seg_weight > 0) {
+    build_aux_head();
+    for (const auto& p : aux_head_->parameters()) parameters.push_back(p);
+  }
+  optimizer_ = make_optimizer(config_.optim, parameters);
   if (config_.train.ema_decay > 0) {
     Config shadow = config_;  // its weights come from the model (ModelEma copies them)
     shadow.model.pretrained.clear();
@@ -344,13 +382,31 @@ void Trainer::build_model() {
   meta_.batch_size = config_.train.batch_size;
 }
 
+void Trainer::build_aux_head() {
+  int64_t channels = 0;
+  try {
+    channels = model_->feature_channels();
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("model.aux_seg_weight: " + std::string(e.what()));
+  }
+  aux_head_ = AuxSegHead(channels);  // after the model: the model's initialisation is that of a plain run
+  aux_head_->to(options_.device);
+  set_memory_format(*aux_head_, inference_options_.channels_last);
+  synced_ = std::make_shared<torch::nn::Module>();
+  synced_->register_module("model", model_);
+  synced_->register_module("aux_head", aux_head_.ptr());
+}
+
 // After any resume: the DDP wrapper hooks the parameters' gradient accumulators, which restoring
 // weights into the parameters (set_/set_data) may replace.
 void Trainer::build_step() {
   const torch::Device device = options_.device;
-  ddp_ = std::make_unique<DistributedDataParallel>(*model_, collectives_, ddp_options(config_));
+  torch::nn::Module& synced = synced_ ? *synced_ : static_cast<torch::nn::Module&>(*model_);
+  ddp_ = std::make_unique<DistributedDataParallel>(synced, collectives_, ddp_options(config_));
   const StepOptions so = step_options(config_, device);
-  step_ = std::make_unique<TrainStep>(*model_, *optimizer_, *ddp_, device, so);
+  AuxSegStep aux;
+  if (aux_head_) aux = AuxSegStep{aux_head_, config_.model.aux_seg_weight, &collectives_};
+  step_ = std::make_unique<TrainStep>(*model_, *optimizer_, *ddp_, device, so, aux);
   if (LossScaler* scaler = step_->loss_scaler(); scaler && meta_.loss_scale > 0)
     scaler->load(meta_.loss_scale, meta_.loss_scale_growth);
   watch_ = std::make_unique<LossWatch>(device, so.precision == Precision::kFp16 ? kFp16NonFiniteLosses : 0);
@@ -401,7 +457,15 @@ void Trainer::resume(const std::string& path, bool automatic) {
                              config_.model.name + "'" + fix);
   if (saved.label_names != index_.label_names)
     throw std::runtime_error(what + "with other label columns than the data's" + fix);
+  if (reader.has_aux_head() != static_cast<bool>(aux_head_))
+    throw std::runtime_error(what + (aux_head_ ? "without" : "with") +
+                             " an auxiliary segmentation head, but this config has model.aux_seg_weight " +
+                             (aux_head_ ? "> 0" : "= 0") + fix);
   reader.restore(*model_, optimizer_.get());
+  if (aux_head_) {
+    reader.restore_aux_head(*aux_head_);
+    set_memory_format(*aux_head_, inference_options_.channels_last);
+  }
   set_memory_format(*model_, inference_options_.channels_last);
   if (ema_ && reader.has_ema()) {
     reader.restore_ema(*ema_model_);
@@ -456,6 +520,7 @@ void Trainer::plan_epochs() {
   sampler_ = std::make_unique<DistributedSampler>(static_cast<int64_t>(split_.train.size()), so);
 
   loader_options_ = train_loader_options(config_, options_.device, so.drop_last);
+  loader_options_.annotations = annotations_;
   batch_options_.device = options_.device;
   batch_options_.in_channels = config_.model.in_channels;
   batch_options_.input_mean = config_.model.input_mean;
@@ -533,6 +598,7 @@ std::optional<Trainer::EpochTotals> Trainer::train_epoch(int64_t epoch) {
   Progress progress(options_.device, epoch, config_.train.epochs, done_before, n,
                     config_.train.log_every_seconds);
   model_->train();
+  if (aux_head_) aux_head_->train();
   optimizer_->zero_grad();
   for (int64_t i = 0;; ++i) {
     bool stepped = false;
@@ -555,9 +621,16 @@ std::optional<Trainer::EpochTotals> Trainer::train_epoch(int64_t epoch) {
 
 bool Trainer::train_batch(const DeviceBatch& batch, int64_t i, int64_t n, Progress& progress) {
   const bool sync = step_->ends_window(i, n);
-  const torch::Tensor loss = step_->forward_backward(batch.images, batch.labels, sync);
-  watch_->add(loss);
+  const AuxTarget target{batch.masks, batch.has_annotation};
+  const torch::Tensor loss =
+      step_->forward_backward(batch.images, batch.labels, sync, aux_head_ ? &target : nullptr);
   progress.add(loss, batch.size(), batch.skipped);
+  if (aux_head_ && loss.defined()) {
+    progress.add_aux(step_->aux_loss_sum(), step_->aux_images());
+    watch_->add(loss + step_->aux_loss_sum());
+  } else {
+    watch_->add(loss);
+  }
   if (!sync) return false;
   lr_ = scheduled_lr(meta_.step, total_steps_, warmup_steps_, config_.optim.lr, config_.optim.min_lr_ratio);
   step_->optimizer_step(lr_);
@@ -622,6 +695,8 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   const int64_t val_skipped = validate(r);
   r.epoch = epoch + 1, r.epochs = config_.train.epochs;
   r.train_loss = totals.loss_sum / std::max(1.0, totals.images);
+  r.has_aux = static_cast<bool>(aux_head_);
+  r.train_aux_loss = totals.aux_loss_sum / std::max(1.0, totals.aux_images);
   r.images_per_sec = totals.images / std::max(totals.seconds, 1e-9);
   r.label_names = index_.label_names;
   r.epoch_seconds = seconds_since(start);
@@ -690,7 +765,8 @@ void Trainer::save(const std::vector<std::string>& paths) {
     meta_.loss_scale = scaler->scale_value();
     meta_.loss_scale_growth = scaler->growth_tracker();
   }
-  const std::string bytes = serialize_checkpoint(meta_, *model_, optimizer_.get(), ema_model_.get());
+  const std::string bytes = serialize_checkpoint(meta_, *model_, optimizer_.get(), ema_model_.get(),
+                                                 aux_head_ ? aux_head_.get() : nullptr);
   for (const auto& path : paths) write_file_atomic(path, bytes);
 }
 

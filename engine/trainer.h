@@ -76,6 +76,11 @@ std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes
                                        bool channels_last, std::string* pretrained_log = nullptr);
 /// AdamW or SGD (Nesterov) over `model`'s parameters, per optim.*.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model);
+/// The same over `parameters`.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
+                                                        std::vector<torch::Tensor> parameters);
+/// The annotations file of the data config: data.root/data.annotations_csv.
+std::string annotations_csv_path(const DataConfig& data);
 /// The step policy the config asks for on `device` (precision resolved).
 StepOptions step_options(const Config& config, const torch::Device& device);
 /// The training loader's options (batch, threads, prefetch, bad images, transfer format for `device`).
@@ -102,13 +107,18 @@ class Trainer {
  private:
   struct EpochTotals {  // summed over ranks
     double loss_sum = 0.0, images = 0.0, skipped = 0.0, seconds = 0.0;
+    double aux_loss_sum = 0.0, aux_images = 0.0;  // mask BCE over annotated images (model.aux_seg_weight)
   };
   class Progress;
   class LossWatch;
   class Poll;
 
   void load_data();
+  /// model.aux_seg_weight > 0: the device annotations, for the loader's masks.
+  void load_annotations();
   void build_model();
+  /// model.aux_seg_weight > 0: the auxiliary head on the model's stride-8 map.
+  void build_aux_head();
   void build_step();
   /// The checkpoint to continue from: --resume, else (train.resume: auto) output.dir's last.pt when
   /// rank 0 finds one; "" = a fresh run.
@@ -149,6 +159,9 @@ class Trainer {
   DatasetIndex index_;
   Split split_;
   std::shared_ptr<Classifier> model_;
+  std::shared_ptr<const ImageAnnotations> annotations_;  // model.aux_seg_weight > 0
+  AuxSegHead aux_head_{nullptr};                         // model.aux_seg_weight > 0 (training only)
+  std::shared_ptr<torch::nn::Module> synced_;            // what DDP synchronises: model (+ aux head)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<TrainStep> step_;

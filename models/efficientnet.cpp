@@ -97,6 +97,8 @@ class MBConv : public nn::Module {
 };
 
 class EfficientNet : public Classifier {
+  static constexpr size_t kStride8Stage = 2;  // blocks.2 (40 channels in B0): the first at stride 8
+
  public:
   EfficientNet(double width, double depth, const ModelSpec& spec) {
     struct Stage {
@@ -121,6 +123,7 @@ class EfficientNet : public Classifier {
         in = ch(s.out);
       }
       blocks_->push_back(stage);
+      if (stages_.size() == kStride8Stage) feature_channels_ = in;
       stages_.push_back(stage);
     }
     register_module("blocks", blocks_);
@@ -139,19 +142,27 @@ class EfficientNet : public Classifier {
     nn::init::uniform_(fc_->weight, -r, r);
     nn::init::zeros_(fc_->bias);
   }
-  torch::Tensor forward(torch::Tensor x) override {
+  torch::Tensor forward(torch::Tensor x) override { return forward_with_features(x).logits; }
+  ClassifierOutput forward_with_features(torch::Tensor x) override {
+    ClassifierOutput out;
     x = torch::silu(bn1_->forward(conv_stem_->forward(x)));
-    for (auto& stage : stages_) x = stage->forward(x);
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      x = stages_[i]->forward(x);
+      if (i == kStride8Stage) out.features = x;
+    }
     x = torch::silu(bn2_->forward(conv_head_->forward(x)));
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    return fc_->forward(dropout_->forward(x));
+    out.logits = fc_->forward(dropout_->forward(x));
+    return out;
   }
+  int64_t feature_channels() const override { return feature_channels_; }
 
  private:
   nn::Conv2d conv_stem_{nullptr}, conv_head_{nullptr};
   nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
   nn::ModuleList blocks_;               // "blocks": the stages, by index
   std::vector<nn::Sequential> stages_;  // the same stages, each a Sequential of MBConv blocks
+  int64_t feature_channels_ = 0;        // of blocks.2, the stride-8 map
   nn::Dropout dropout_{nullptr};
   nn::Linear fc_{nullptr};
 };

@@ -24,6 +24,14 @@ const std::map<std::string, ModelFactory>& registry() {
 
 }  // namespace
 
+ClassifierOutput Classifier::forward_with_features(torch::Tensor) {
+  throw std::runtime_error("model '" + name() + "' has no feature map for an auxiliary head");
+}
+
+int64_t Classifier::feature_channels() const {
+  throw std::runtime_error("model '" + name() + "' has no feature map for an auxiliary head");
+}
+
 std::shared_ptr<Classifier> create_model(const std::string& name, const ModelSpec& spec) {
   const auto& r = registry();
   auto it = r.find(name);

@@ -89,6 +89,7 @@ class ResNet : public Classifier {
             std::make_shared<Block>(in, planes, (b == 0 && i > 0) ? 2 : 1, bottleneck, variant_d));
         in = planes * (bottleneck ? 4 : 1);
       }
+      if (i == 1) feature_channels_ = in;
       stages_.push_back(register_module("layer" + std::to_string(i + 1), stage));
     }
     dropout_ = register_module("dropout", nn::Dropout(spec.dropout));
@@ -98,19 +99,27 @@ class ResNet : public Classifier {
         nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
     }
   }
-  torch::Tensor forward(torch::Tensor x) override {
+  torch::Tensor forward(torch::Tensor x) override { return forward_with_features(x).logits; }
+  ClassifierOutput forward_with_features(torch::Tensor x) override {
+    ClassifierOutput out;
     x = deep_stem_ ? deep_stem_->forward(x) : conv1_->forward(x);
     x = torch::max_pool2d(torch::relu(bn1_->forward(x)), /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
-    for (auto& s : stages_) x = s->forward(x);
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      x = stages_[i]->forward(x);
+      if (i == 1) out.features = x;  // layer2: stride 8
+    }
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    return fc_->forward(dropout_->forward(x));
+    out.logits = fc_->forward(dropout_->forward(x));
+    return out;
   }
+  int64_t feature_channels() const override { return feature_channels_; }
 
  private:
   nn::Sequential deep_stem_{nullptr};  // ResNet-D: conv1 is this 3-conv stem
   nn::Conv2d conv1_{nullptr};          // otherwise a 7x7/2 conv
   nn::BatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
+  int64_t feature_channels_ = 0;  // of layer2, the stride-8 map
   nn::Dropout dropout_{nullptr};
   nn::Linear fc_{nullptr};
 };

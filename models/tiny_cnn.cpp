@@ -7,6 +7,8 @@ namespace ranzcr {
 namespace {
 
 class TinyCnn : public Classifier {
+  static constexpr size_t kStride8Modules = 18;  // three stages of two conv-BN-ReLU: stride 8, 64 channels
+
  public:
   explicit TinyCnn(const ModelSpec& spec) {
     const std::vector<int64_t> widths = {16, 32, 64, 128, 128};
@@ -24,11 +26,19 @@ class TinyCnn : public Classifier {
     dropout_ = register_module("dropout", torch::nn::Dropout(spec.dropout));
     fc_ = register_module("fc", torch::nn::Linear(in, spec.num_classes));
   }
-  torch::Tensor forward(torch::Tensor x) override {
-    x = features_->forward(x);
+  torch::Tensor forward(torch::Tensor x) override { return forward_with_features(x).logits; }
+  ClassifierOutput forward_with_features(torch::Tensor x) override {
+    ClassifierOutput out;
+    size_t i = 0;
+    for (auto& m : *features_) {
+      x = m.forward(x);
+      if (++i == kStride8Modules) out.features = x;
+    }
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    return fc_->forward(dropout_->forward(x));
+    out.logits = fc_->forward(dropout_->forward(x));
+    return out;
   }
+  int64_t feature_channels() const override { return 64; }
 
  private:
   torch::nn::Sequential features_;

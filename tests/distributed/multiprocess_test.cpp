@@ -10,6 +10,7 @@
 #include "distributed/ddp.h"
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
+#include "engine/aux_seg.h"
 #include "engine/inference.h"
 #include "engine/train_step.h"
 #include "models/registry.h"
@@ -149,6 +150,42 @@ TEST(DistributedWorker, DISABLED_EmptyBatchOnOneRank) {
   coll->shutdown();
 }
 
+// The auxiliary segmentation loss (model.aux_seg_weight) over ranks: kAuxSteps SGD steps of tiny_cnn and
+// its head (eval mode, so BatchNorm does not see each rank's half apart), each rank on its slice of the
+// global batch, whose annotated images are spread unevenly (3 on rank 0, 1 on rank 1).
+constexpr int kAuxSteps = 3, kAuxBatch = 8;
+
+std::vector<torch::Tensor> run_aux_steps(Collectives& coll) {
+  torch::manual_seed(7);
+  auto model = create_model("tiny_cnn", ModelSpec{});
+  AuxSegHead head(model->feature_channels());
+  torch::manual_seed(321);
+  const torch::Tensor x = torch::rand({kAuxSteps, kAuxBatch, 1, 32, 32});
+  const torch::Tensor y = (torch::rand({kAuxSteps, kAuxBatch, 11}) > 0.7).to(torch::kFloat);
+  const torch::Tensor masks = (torch::rand({kAuxSteps, kAuxBatch, 1, 32, 32}) > 0.8).to(torch::kUInt8);
+  const torch::Tensor has = torch::tensor({1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1.0f, 0.0f});
+  auto synced = std::make_shared<torch::nn::Module>();
+  synced->register_module("model", model);
+  synced->register_module("aux_head", head.ptr());
+  torch::optim::SGD opt(synced->parameters(), torch::optim::SGDOptions(0.1));
+  DistributedDataParallel ddp(*synced, coll, DdpOptions{});
+  TrainStep step(*model, opt, ddp, torch::kCPU, StepOptions{}, AuxSegStep{head, 0.7, &coll});
+  synced->eval();
+  const int64_t per_rank = kAuxBatch / coll.world_size(), start = coll.rank() * per_rank;
+  for (int s = 0; s < kAuxSteps; ++s) {
+    const AuxTarget t{masks[s].narrow(0, start, per_rank), has.narrow(0, start, per_rank)};
+    step.forward_backward(x[s].narrow(0, start, per_rank), y[s].narrow(0, start, per_rank), true, &t);
+    step.optimizer_step(0.1);
+  }
+  return synced->parameters();
+}
+
+TEST(DistributedWorker, DISABLED_AuxSeg) {
+  auto coll = join();
+  torch::save(run_aux_steps(*coll), worker_dir() + "/aux_" + std::to_string(coll->rank()) + ".pt");
+  coll->shutdown();
+}
+
 std::vector<torch::Tensor> load_tensors(const std::string& path) {
   std::vector<torch::Tensor> v;
   torch::load(v, path);
@@ -220,6 +257,19 @@ TEST(Distributed, LauncherFailsFastAndLeavesNoProcess) {
   for (int r = 0; r < 2; ++r) {
     const pid_t pid = std::stoi(test::read_file(dir / ("pid_" + std::to_string(r))));
     EXPECT_EQ(::kill(pid, 0), -1) << "rank " << r << " (pid " << pid << ") still exists";
+  }
+}
+
+TEST(Distributed, AuxSegLossTwoRanksEqualOneRankWithTheGlobalBatch) {
+  test::TempDir dir;
+  ASSERT_EQ(run_test_workers("AuxSeg", 2, dir.str()), 0);
+  const auto p0 = load_tensors(dir / "aux_0.pt"), p1 = load_tensors(dir / "aux_1.pt");
+  auto local = make_local_collectives();
+  const auto pr = run_aux_steps(*local);
+  ASSERT_EQ(p0.size(), pr.size());
+  for (size_t i = 0; i < pr.size(); ++i) {
+    EXPECT_TRUE(torch::equal(p0[i], p1[i])) << "ranks differ in parameter " << i;
+    EXPECT_LE((p0[i] - pr[i]).abs().max().item<double>(), 1e-5) << "parameter " << i;
   }
 }
 

@@ -12,8 +12,10 @@
 #include <map>
 #include <sstream>
 
+#include "engine/aux_seg.h"
 #include "engine/checkpoint.h"
 #include "engine/curves.h"
+#include "engine/trained_model.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
 
@@ -275,6 +277,52 @@ TEST_F(TrainerTest, EmaIsValidatedSavedAndResumedExactly) {
   EXPECT_DOUBLE_EQ(read_checkpoint_meta(full + "/checkpoints/best.pt").best_metric, best);
   EXPECT_DOUBLE_EQ(m.back()["ema_val_auc_mean"].get<double>(),
                    test::read_metrics(resumed).back()["ema_val_auc_mean"].get<double>());
+}
+
+// model.aux_seg_weight: the auxiliary loss is logged and falls, the head is saved apart from the model
+// (which loads as the plain classifier), and a resumed run ends with the same model and head.
+TEST_F(TrainerTest, AuxSegHeadTrainsIsSavedApartAndResumesExactly) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string full = *dir_ / "aux_full", resumed = *dir_ / "aux_resumed";
+  Config c = config(full, 4);
+  c.model.aux_seg_weight = 0.5;
+  c.output.keep_every = 2;
+  train(c, *coll, log, TrainOptions{});
+  const auto m = test::read_metrics(full);
+  ASSERT_EQ(m.size(), 4u);
+  ASSERT_TRUE(m[0].contains("train_aux_loss"));
+  EXPECT_LT(m[3]["train_aux_loss"].get<double>(), m[0]["train_aux_loss"].get<double>());
+
+  Config r = config(resumed, 4);
+  r.model.aux_seg_weight = 0.5;
+  TrainOptions opts;
+  opts.resume_path = full + "/checkpoints/epoch_002.pt";
+  train(r, *coll, log, opts);
+  expect_same_weights(full + "/checkpoints/last.pt", resumed + "/checkpoints/last.pt");
+  auto head_of = [](const std::string& path) {
+    AuxSegHead head(64);
+    CheckpointReader reader(path);
+    EXPECT_TRUE(reader.has_aux_head()) << path;
+    reader.restore_aux_head(*head);
+    return head;
+  };
+  AuxSegHead a = head_of(full + "/checkpoints/last.pt"), b = head_of(resumed + "/checkpoints/last.pt");
+  expect_same_state(*a, *b);
+  // The model alone is the plain classifier: its state dict has no head, and it loads for inference.
+  const TrainedModel trained = load_trained_model(full + "/checkpoints/last.pt");
+  for (const auto& kv : trained.model->named_parameters()) EXPECT_EQ(kv.key().find("aux"), std::string::npos);
+
+  // Resuming with the head switched off (or on for a plain run) is one clear error.
+  Config off = config(*dir_ / "aux_off", 4);
+  TrainOptions from_aux;
+  from_aux.resume_path = full + "/checkpoints/epoch_002.pt";
+  try {
+    train(off, *coll, log, from_aux);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.aux_seg_weight"), std::string::npos) << e.what();
+  }
 }
 
 // output.keep_best_k: exactly the k best epochs by validation AUC are kept as top_epoch_NNN.pt, also
