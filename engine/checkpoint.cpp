@@ -166,24 +166,16 @@ std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& 
   archive.write("epochs_since_best", c10::IValue(meta.epochs_since_best));
   archive.write("epoch_metric", c10::IValue(meta.epoch_metric));
   if (meta.rng_states.defined()) archive.write("rng_states", meta.rng_states.cpu());
-  torch::serialize::OutputArchive model_archive;
-  model.save(model_archive);
-  archive.write("model", model_archive);
-  if (optimizer) {
-    torch::serialize::OutputArchive optim_archive;
-    optimizer->save(optim_archive);
-    archive.write("optimizer", optim_archive);
-  }
-  if (ema) {
-    torch::serialize::OutputArchive ema_archive;
-    ema->save(ema_archive);
-    archive.write("ema", ema_archive);
-  }
-  if (aux_head) {
-    torch::serialize::OutputArchive aux_archive;
-    aux_head->save(aux_archive);
-    archive.write("aux_head", aux_archive);
-  }
+  auto write_part = [&](const char* key, const auto* part) {  // a module or the optimizer, when there is one
+    if (!part) return;
+    torch::serialize::OutputArchive part_archive;
+    part->save(part_archive);
+    archive.write(key, part_archive);
+  };
+  write_part("model", &model);
+  write_part("optimizer", optimizer);
+  write_part("ema", ema);
+  write_part("aux_head", aux_head);
   std::ostringstream bytes;
   archive.save_to(bytes);
   return bytes.str();
@@ -233,38 +225,36 @@ void CheckpointReader::restore(torch::nn::Module& model, torch::optim::Optimizer
 
 namespace ranzcr {
 
+bool CheckpointReader::has_part(const char* key) {
+  torch::serialize::InputArchive part;
+  return archive_.try_read(key, part);
+}
+
+void CheckpointReader::restore_part(const char* key, const std::string& what, torch::nn::Module& module) {
+  torch::serialize::InputArchive part;
+  if (!archive_.try_read(key, part)) throw std::runtime_error(path_ + ": the checkpoint holds no " + what);
+  try {
+    module.load(part);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(path_ + ": the checkpoint's " + what + " do not match the model '" +
+                             meta_.model_name + "': " + e.what_without_backtrace());
+  }
+}
+
 bool CheckpointReader::has_ema() {
-  torch::serialize::InputArchive ema;
-  return archive_.try_read("ema", ema);
+  return has_part("ema");
 }
 
 void CheckpointReader::restore_ema(torch::nn::Module& module) {
-  torch::serialize::InputArchive ema;
-  if (!archive_.try_read("ema", ema))
-    throw std::runtime_error(path_ + ": the checkpoint holds no EMA weights");
-  try {
-    module.load(ema);
-  } catch (const c10::Error& e) {
-    throw std::runtime_error(path_ + ": the checkpoint's EMA weights do not match the model '" +
-                             meta_.model_name + "': " + e.what_without_backtrace());
-  }
+  restore_part("ema", "EMA weights", module);
 }
 
 bool CheckpointReader::has_aux_head() {
-  torch::serialize::InputArchive aux;
-  return archive_.try_read("aux_head", aux);
+  return has_part("aux_head");
 }
 
 void CheckpointReader::restore_aux_head(torch::nn::Module& module) {
-  torch::serialize::InputArchive aux;
-  if (!archive_.try_read("aux_head", aux))
-    throw std::runtime_error(path_ + ": the checkpoint holds no auxiliary segmentation head");
-  try {
-    module.load(aux);
-  } catch (const c10::Error& e) {
-    throw std::runtime_error(path_ + ": the checkpoint's auxiliary head does not match the model '" +
-                             meta_.model_name + "': " + e.what_without_backtrace());
-  }
+  restore_part("aux_head", "auxiliary segmentation head weights", module);
 }
 
 }  // namespace ranzcr

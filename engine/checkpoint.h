@@ -65,6 +65,9 @@ class CheckpointReader {
   void restore_aux_head(torch::nn::Module& module);
 
  private:
+  bool has_part(const char* key);  // a sub-archive: "ema", "aux_head"
+  void restore_part(const char* key, const std::string& what, torch::nn::Module& module);
+
   std::string path_;
   torch::serialize::InputArchive archive_;
   CheckpointMeta meta_;

@@ -8,24 +8,20 @@
 
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
+#include "engine/weight_file.h"
 
 namespace ranzcr {
 namespace {
 
-enum class FileKind { kCheckpoint, kSafetensors };
-
-// LibTorch archives (our checkpoints) are zip files; safetensors files start with an 8-byte header length
-// and the header's '{'.
-FileKind file_kind(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("checkpoint not found: " + path);
-  char head[9] = {};
-  in.read(head, 9);
-  if (in.gcount() >= 2 && head[0] == 'P' && head[1] == 'K') return FileKind::kCheckpoint;
-  if (in.gcount() == 9 && head[8] == '{') return FileKind::kSafetensors;
-  throw std::runtime_error(path +
-                           " is not a ranzcr checkpoint (.pt) nor a .safetensors file written by "
-                           "`ranzcr export`");
+// Our checkpoints are LibTorch (zip) archives; exported models are safetensors files.
+FileFormat trained_model_format(const std::string& path) {
+  if (!std::ifstream(path, std::ios::binary)) throw std::runtime_error("checkpoint not found: " + path);
+  const FileFormat format = file_format(path);
+  if (format != FileFormat::kZipArchive && format != FileFormat::kSafetensors)
+    throw std::runtime_error(path +
+                             " is not a ranzcr checkpoint (.pt) nor a .safetensors file written by "
+                             "`ranzcr export`");
+  return format;
 }
 
 std::shared_ptr<Classifier> build(const TrainedModelInfo& info) {
@@ -127,8 +123,8 @@ TrainedModel from_safetensors(const std::string& path, const torch::Device& devi
 }  // namespace
 
 TrainedModel load_trained_model(const std::string& path, const torch::Device& device) {
-  TrainedModel out = file_kind(path) == FileKind::kCheckpoint ? from_checkpoint(path, device)
-                                                              : from_safetensors(path, device);
+  TrainedModel out = trained_model_format(path) == FileFormat::kZipArchive ? from_checkpoint(path, device)
+                                                                           : from_safetensors(path, device);
   out.model->eval();
   return out;
 }

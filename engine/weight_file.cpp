@@ -534,24 +534,27 @@ void strip_prefixes(NamedTensors& tensors) {
 
 }  // namespace
 
-NamedTensors read_weight_file(const std::string& path) {
+FileFormat file_format(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open " + path);
   char head[9] = {};
   in.read(head, 9);
   const auto got = in.gcount();
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  in.close();
+  if (got == 9 && head[8] == '{') return FileFormat::kSafetensors;
+  if (got >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return FileFormat::kZipArchive;
+  if (got >= 2 && static_cast<uint8_t>(head[0]) == 0x80 && static_cast<uint8_t>(head[1]) <= 5)
+    return FileFormat::kLegacyTorchSave;
+  return FileFormat::kOther;
+}
 
-  uint64_t header_len = 0;
-  for (int k = 7; k >= 0; --k) header_len = (header_len << 8) | static_cast<uint8_t>(head[k]);
+NamedTensors read_weight_file(const std::string& path) {
+  const FileFormat format = file_format(path);
   NamedTensors tensors;
-  if (got == 9 && head[8] == '{' && header_len + 8 <= file_size) {
+  if (format == FileFormat::kSafetensors) {
     tensors = load_safetensors(path).tensors;
-  } else if (got >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) {
+  } else if (format == FileFormat::kZipArchive) {
     tensors = read_torch_save(path);
-  } else if (got >= 2 && static_cast<uint8_t>(head[0]) == 0x80 && static_cast<uint8_t>(head[1]) <= 5) {
+  } else if (format == FileFormat::kLegacyTorchSave) {
     throw std::runtime_error(
         path +
         ": the legacy torch.save format (torch < 1.6, or _use_new_zipfile_serialization=False) "

@@ -12,6 +12,14 @@ namespace ranzcr {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
+/// What a file holds, told by its first bytes: safetensors (an 8-byte header length, then the JSON header's
+/// '{'), a zip archive ("PK\3\4": torch.save >= 1.6 and LibTorch archives, our checkpoints among them), the
+/// legacy torch.save pickle (protocol opcode 0x80), or something else.
+enum class FileFormat { kSafetensors, kZipArchive, kLegacyTorchSave, kOther };
+
+/// The format of `path`; throws std::runtime_error("cannot open PATH") when it cannot be opened.
+FileFormat file_format(const std::string& path);
+
 /// The named tensors of a weight file, in file order, on the CPU in the file's dtypes: a .safetensors file,
 /// or a PyTorch state dict saved with torch.save (.pth/.bin/.pt, the zip format of torch >= 1.6), told
 /// apart by content, not extension. Tensors saved from CUDA are read to the CPU.
