@@ -10,6 +10,28 @@
 #include <unordered_set>
 
 namespace ranzcr {
+namespace {
+
+// Channels_last (NHWC) but not also contiguous: such tensors are flattened in NHWC order.
+bool nhwc(const torch::Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(torch::MemoryFormat::ChannelsLast);
+}
+
+// `t` as a 1-d tensor in the memory order of `layout` (a parameter: the same on every rank). A view, no
+// copy, when `t` has that layout: reshape(-1) would copy an NHWC gradient into NCHW order.
+torch::Tensor flat_view(const torch::Tensor& t, const torch::Tensor& layout) {
+  return nhwc(layout) ? t.permute({0, 2, 3, 1}).reshape(-1) : t.reshape(-1);
+}
+
+// Copies `flat` (in flat_view order for `layout`) into `t`: a plain memory copy when `t` has that layout.
+void copy_from_flat(torch::Tensor t, const torch::Tensor& flat, const torch::Tensor& layout) {
+  if (nhwc(layout))
+    t.permute({0, 2, 3, 1}).copy_(flat.view({t.size(0), t.size(2), t.size(3), t.size(1)}));
+  else
+    t.copy_(flat.view_as(t));
+}
+
+}  // namespace
 
 void broadcast_coalesced(Collectives& collectives, const std::vector<torch::Tensor>& tensors, int root) {
   std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
@@ -17,12 +39,12 @@ void broadcast_coalesced(Collectives& collectives, const std::vector<torch::Tens
   torch::NoGradGuard no_grad;
   for (auto& kv : by_dtype) {
     std::vector<torch::Tensor> flat_parts;
-    for (const auto& t : kv.second) flat_parts.push_back(t.detach().reshape(-1));
+    for (const auto& t : kv.second) flat_parts.push_back(flat_view(t.detach(), t));
     torch::Tensor flat = torch::cat(flat_parts);
     collectives.broadcast(flat, root);
     int64_t offset = 0;
     for (auto& t : kv.second) {
-      t.detach().copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+      copy_from_flat(t.detach(), flat.narrow(0, offset, t.numel()), t);
       offset += t.numel();
     }
   }
@@ -38,6 +60,7 @@ struct DistributedDataParallel::State {
   std::vector<std::vector<int64_t>> buckets;  // parameter indices, in launch order
   std::vector<int64_t> bucket_of;
   bool enabled = true;
+  bool active = false;  // several ranks (or sync_alone): the calls communicate
   bool sync = true;
   double wait_seconds = 0.0;
 
@@ -67,7 +90,8 @@ struct DistributedDataParallel::State {
     std::vector<torch::Tensor> parts;
     for (int64_t i : buckets[b]) {
       const torch::Tensor& g = params[i].grad();
-      parts.push_back(g.defined() ? g.reshape(-1) : torch::zeros({params[i].numel()}, params[i].options()));
+      parts.push_back(g.defined() ? flat_view(g, params[i])
+                                  : torch::zeros({params[i].numel()}, params[i].options()));
     }
     flat[b] = torch::cat(parts).div_(collectives->world_size());
     inflight[b] = collectives->all_reduce_sum_async(flat[b]);
@@ -94,7 +118,8 @@ DistributedDataParallel::DistributedDataParallel(torch::nn::Module& module, Coll
   for (const auto& p : module.parameters())
     if (p.requires_grad()) s.params.push_back(p);
   s.buffers = module.buffers();
-  if (collectives.world_size() == 1) return;
+  s.active = collectives.world_size() > 1 || options.sync_alone;
+  if (!s.active) return;
 
   std::vector<torch::Tensor> all = s.params;
   all.insert(all.end(), s.buffers.begin(), s.buffers.end());
@@ -133,7 +158,7 @@ DistributedDataParallel::~DistributedDataParallel() {
 
 void DistributedDataParallel::before_forward() {
   State& s = *state_;
-  if (s.collectives->world_size() == 1 || !s.options.broadcast_buffers || s.buffers.empty()) return;
+  if (!s.active || !s.options.broadcast_buffers || s.buffers.empty()) return;
   broadcast_coalesced(*s.collectives, s.buffers, 0);
 }
 
@@ -144,7 +169,7 @@ void DistributedDataParallel::set_require_sync(bool sync) {
 
 void DistributedDataParallel::prepare_backward(const torch::Tensor& loss) {
   State& s = *state_;
-  if (s.collectives->world_size() == 1 || !s.sync || !loss.grad_fn()) return;
+  if (!s.active || !s.sync || !loss.grad_fn()) return;
   std::unordered_set<const torch::autograd::Node*> seen;
   std::vector<const torch::autograd::Node*> stack{loss.grad_fn().get()};
   while (!stack.empty()) {
@@ -167,7 +192,7 @@ void DistributedDataParallel::prepare_backward(const torch::Tensor& loss) {
 
 void DistributedDataParallel::finish_gradient_sync() {
   State& s = *state_;
-  if (s.collectives->world_size() == 1) return;
+  if (!s.active) return;
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.sync) return;
   const auto start = std::chrono::steady_clock::now();
@@ -178,11 +203,9 @@ void DistributedDataParallel::finish_gradient_sync() {
     int64_t offset = 0;
     for (int64_t i : s.buckets[b]) {
       torch::Tensor& p = s.params[i];
-      const torch::Tensor part = s.flat[b].narrow(0, offset, p.numel()).view_as(p);
-      if (p.grad().defined())
-        p.mutable_grad().copy_(part);
-      else
-        p.mutable_grad() = part.clone();
+      // The gradient keeps (or, when new, takes) the parameter's layout, as autograd gives it.
+      if (!p.grad().defined()) p.mutable_grad() = torch::empty_like(p, torch::MemoryFormat::Preserve);
+      copy_from_flat(p.mutable_grad(), s.flat[b].narrow(0, offset, p.numel()), p);
       offset += p.numel();
     }
   }
@@ -193,7 +216,7 @@ void DistributedDataParallel::finish_gradient_sync() {
 
 void DistributedDataParallel::average_buffers() {
   State& s = *state_;
-  if (s.collectives->world_size() == 1) return;
+  if (!s.active) return;
   torch::NoGradGuard no_grad;
   for (auto& b : s.buffers) {
     if (!b.is_floating_point()) continue;  // counters (num_batches_tracked) stay as they are

@@ -15,12 +15,13 @@ namespace ranzcr {
 struct DdpOptions {
   int64_t bucket_bytes = 25 * 1024 * 1024;  // gradient bucket capacity
   bool broadcast_buffers = true;            // BatchNorm statistics from rank 0 before every forward
+  bool sync_alone = false;  // communicate even in a world of one (tests: NCCL with a single GPU)
 };
 
 class DistributedDataParallel {
  public:
   /// Broadcasts `module`'s parameters and buffers from rank 0 and installs the gradient hooks.
-  /// With one process every call below is a no-op.
+  /// With one process every call below is a no-op (unless options.sync_alone).
   DistributedDataParallel(torch::nn::Module& module, Collectives& collectives, DdpOptions options = {});
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;

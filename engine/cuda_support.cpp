@@ -7,6 +7,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 namespace ranzcr::cuda {
@@ -30,8 +32,24 @@ SyncDebugErrorGuard::~SyncDebugErrorGuard() {
   c10::cuda::warning_state().set_sync_debug_mode(static_cast<c10::cuda::SyncDebugMode>(previous_));
 }
 
+namespace {
+
+// One upload stream per device for the life of the process. A new pool stream per SideStream (one per
+// epoch) would strand the caching allocator's blocks on the previous stream: blocks are reused only by
+// allocations on the stream they were made on.
+c10::cuda::CUDAStream upload_stream(c10::DeviceIndex device) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(device);
+  if (it == streams.end()) it = streams.emplace(device, c10::cuda::getStreamFromPool(false, device)).first;
+  return it->second;
+}
+
+}  // namespace
+
 struct SideStream::Impl {
-  explicit Impl(const torch::Device& d) : device(d), stream(c10::cuda::getStreamFromPool(false, d.index())) {}
+  explicit Impl(const torch::Device& d) : device(d), stream(upload_stream(d.index())) {}
   torch::Device device;
   c10::cuda::CUDAStream stream;
   c10::Event done{c10::DeviceType::CUDA};  // device-generic event: stable across LibTorch releases

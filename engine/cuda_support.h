@@ -29,7 +29,9 @@ class SyncDebugErrorGuard {
   int previous_ = 0;
 };
 
-/// A side stream for host-to-device copies that overlap the compute on the current stream.
+/// A side stream for host-to-device copies that overlap the compute on the current stream. Every
+/// SideStream of a device uses the same CUDA stream (made once per process), so the caching allocator
+/// reuses the blocks of earlier uploads.
 class SideStream {
  public:
   /// Throws when `device` is not a CUDA device or the binary has no CUDA.

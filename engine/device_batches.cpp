@@ -49,8 +49,11 @@ DeviceBatch DeviceBatches::upload(Batch batch) const {
     x = normalize_images(x, batch.pixel_scale.to(options_.device, true),
                          batch.pixel_offset.to(options_.device, true));
   x = normalize_input(x, options_.input_mean, options_.input_std);
-  if (x.size(1) != options_.in_channels) x = x.expand({-1, options_.in_channels, -1, -1}).contiguous();
-  if (options_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+  // One copy at most: repeating the grey channel and the NHWC layout in the same pass.
+  const auto format =
+      options_.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  if (x.size(1) != options_.in_channels) x = x.expand({-1, options_.in_channels, -1, -1});
+  x = x.contiguous(format);
   out.images = x;
   out.labels = batch.labels.to(options_.device, /*non_blocking=*/true);
   if (batch.masks.defined()) {

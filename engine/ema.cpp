@@ -1,5 +1,7 @@
 #include "engine/ema.h"
 
+#include <ATen/ops/_foreach_copy.h>
+#include <ATen/ops/_foreach_lerp.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -38,17 +40,18 @@ void ModelEma::reset() {
   for (size_t i = 0; i < shadow_tensors_.size(); ++i) shadow_tensors_[i].copy_(model_tensors_[i]);
 }
 
+// Two multi-tensor kernels (on CUDA) for the whole model, not one per tensor.
 void ModelEma::update(int64_t step) {
   const double d = ema_decay_at(step, options_);
   torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> ema_float, w_float, ema_other, w_other;
   for (size_t i = 0; i < shadow_tensors_.size(); ++i) {
-    torch::Tensor& e = shadow_tensors_[i];
-    const torch::Tensor w = model_tensors_[i].detach();
-    if (e.is_floating_point())
-      e.lerp_(w, 1.0 - d);
-    else
-      e.copy_(w);
+    const bool floating = shadow_tensors_[i].is_floating_point();
+    (floating ? ema_float : ema_other).push_back(shadow_tensors_[i].detach());
+    (floating ? w_float : w_other).push_back(model_tensors_[i].detach());
   }
+  if (!ema_float.empty()) at::_foreach_lerp_(ema_float, w_float, 1.0 - d);
+  if (!ema_other.empty()) at::_foreach_copy_(ema_other, w_other);
 }
 
 }  // namespace ranzcr

@@ -28,6 +28,8 @@ class LossScaler {
   void unscale(const std::vector<torch::Tensor>& parameters);
   /// Whether the last unscale() met inf/NaN: the step must be skipped. Reads the device (a host sync).
   bool found_inf() const;
+  /// The same on the device: [1] float32, 1 when the last unscale() met inf/NaN (for a fused optimizer).
+  const torch::Tensor& found_inf_flag() const { return found_inf_; }
   /// Backs the scale off after inf/NaN, grows it after growth_interval clean steps. On the device.
   void update();
 

@@ -1,16 +1,24 @@
 #include "engine/train_step.h"
 
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_norm.h>
+
+#include "engine/fused_optimizer.h"
+
 namespace ranzcr {
 
+// One norm kernel and one multiply kernel for all gradients (multi-tensor on CUDA), as
+// torch.nn.utils.clip_grad_norm_ does with foreach.
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
-  std::vector<torch::Tensor> grads, norms;
+  std::vector<torch::Tensor> grads;
   for (const auto& p : parameters)
-    if (p.grad().defined()) grads.push_back(p.grad());
+    if (p.grad().defined()) grads.push_back(p.grad().detach());
   if (grads.empty()) return torch::zeros({});
-  for (const auto& g : grads) norms.push_back(g.data().norm(2.0));
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2.0);
   const torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
   const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
-  for (auto& g : grads) g.data().mul_(coef);
+  at::_foreach_mul_(grads, coef);
   return total;
 }
 
@@ -22,6 +30,7 @@ TrainStep::TrainStep(Classifier& model, torch::optim::Optimizer& optimizer, Dist
     for (const auto& p : aux_.head->parameters()) parameters_.push_back(p);
   if (options_.precision == Precision::kFp16)
     scaler_ = std::make_unique<LossScaler>(device_, options_.loss_scaler);
+  skippable_ = dynamic_cast<SkippableStep*>(&optimizer_);
 }
 
 bool TrainStep::ends_window(int64_t i, int64_t n) const {
@@ -78,7 +87,10 @@ void TrainStep::optimizer_step(double lr) {
   if (scaler_) scaler_->unscale(parameters_);
   if (options_.grad_clip > 0) clip_grad_norm(parameters_, options_.grad_clip);
   for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr);
-  if (!scaler_ || !scaler_->found_inf()) optimizer_.step();
+  if (skippable_)  // fused: skipped on the device with fp16's inf/NaN flag, no host sync
+    skippable_->step_unless(scaler_ ? scaler_->found_inf_flag() : torch::Tensor());
+  else if (!scaler_ || !scaler_->found_inf())
+    optimizer_.step();
   if (scaler_) scaler_->update();
   optimizer_.zero_grad();
 }

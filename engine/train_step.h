@@ -1,7 +1,8 @@
 // The optimizer-step policy, in one place: precision (autocast), fp16 loss scaling, gradient
 // accumulation, DDP synchronisation, clipping, the learning rate and the optimizer step. The trainer and
-// `ranzcr bench` run exactly this code. Nothing here reads a device value on the host (no sync) except
-// fp16's inf/NaN check, which decides whether the step is skipped (as PyTorch's GradScaler does).
+// `ranzcr bench` run exactly this code. Nothing here reads a device value on the host (no sync): with the
+// fused optimizers (engine/fused_optimizer.h) even fp16's skipped step is decided on the device, as
+// PyTorch's GradScaler does with fused=True; another optimizer reads the inf/NaN flag (a sync).
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -17,6 +18,8 @@
 #include "models/registry.h"
 
 namespace ranzcr {
+
+class SkippableStep;
 
 struct StepOptions {
   int accum_steps = 1;                     // micro-batches per optimizer step
@@ -40,7 +43,8 @@ struct AuxTarget {
 };
 
 /// Clips the global L2 norm of the gradients to `max_norm` like torch::nn::utils::clip_grad_norm_,
-/// bit for bit, but returns the norm as a device tensor instead of reading it (no host sync).
+/// bit for bit, with two multi-tensor kernels, and returns the norm as a device tensor instead of reading
+/// it (no host sync).
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
 
 class TrainStep {
@@ -82,6 +86,7 @@ class TrainStep {
   torch::Tensor aux_sum_, aux_images_;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<LossScaler> scaler_;
+  SkippableStep* skippable_ = nullptr;  // the optimizer, when it can skip a step on the device
 };
 
 }  // namespace ranzcr

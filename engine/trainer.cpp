@@ -13,6 +13,7 @@
 
 #include "engine/cuda_support.h"
 #include "engine/curves.h"
+#include "engine/fused_optimizer.h"
 #include "engine/metrics.h"
 #include "engine/pretrained.h"
 #include "engine/safetensors.h"
@@ -129,11 +130,11 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Cl
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
                                                         std::vector<torch::Tensor> parameters) {
   if (o.name == "sgd")
-    return std::make_unique<torch::optim::SGD>(
+    return std::make_unique<FusedSgd>(
         parameters,
         torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay));
-  return std::make_unique<torch::optim::AdamW>(parameters,
-                                               torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  return std::make_unique<FusedAdamW>(parameters,
+                                      torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
 }
 
 std::string annotations_csv_path(const DataConfig& data) {

@@ -1,0 +1,77 @@
+// AdamW and SGD that step every parameter at once. LibTorch's torch::optim::AdamW and SGD loop over the
+// parameters and launch about eight kernels each; on resnet200d or an EfficientNet that is thousands of
+// tiny launches per step. These subclasses run PyTorch's fused kernels instead (at::_fused_adamw_,
+// at::_fused_sgd_: one multi-tensor launch per step on CUDA, one vectorised pass per tensor on a CPU),
+// as torch.optim does with fused=True. They keep LibTorch's state objects (exp_avg, exp_avg_sq and step;
+// momentum_buffer), so a checkpoint is that of torch::optim::AdamW/SGD and either reads it.
+//
+// A step can be skipped on the device: step_unless(found_inf) with fp16's inf/NaN flag changes nothing
+// where the flag is 1, without the host reading it (no sync), as GradScaler does with fused optimizers.
+// Where no fused kernel applies (a device other than CPU/CUDA, a non-float dtype, parameters on several
+// devices or dtypes, sparse gradients, SGD with dampening, AdamW with amsgrad) the step is LibTorch's own
+// per-parameter one, and a skip reads the flag on the host.
+#pragma once
+
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+
+#include <unordered_map>
+#include <vector>
+
+namespace ranzcr {
+
+/// An optimizer whose step can be skipped by a flag on the device.
+class SkippableStep {
+ public:
+  virtual ~SkippableStep() = default;
+  /// One optimizer step, none of which happens where `found_inf` ([1] or [] float32 0/1 on the
+  /// parameters' device; undefined = never skip) is 1.
+  virtual void step_unless(const torch::Tensor& found_inf) = 0;
+  /// Whether the last step ran the fused kernel (false: LibTorch's per-parameter step).
+  virtual bool last_step_fused() const = 0;
+};
+
+class FusedAdamW : public torch::optim::AdamW, public SkippableStep {
+ public:
+  /// `fused` false: always LibTorch's per-parameter step (a reference, and a way out).
+  FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options, bool fused = true);
+
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void step_unless(const torch::Tensor& found_inf) override;
+  bool last_step_fused() const override { return last_fused_; }
+  /// Writes the step counts kept on the device into LibTorch's state first.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  bool fused_step(const torch::Tensor& found_inf);
+  void sync_steps() const;
+
+  bool fused_ = true;
+  bool last_fused_ = false;
+  // Per parameter (keyed like LibTorch's state): its step count, float32 [] on its device, which the
+  // fused kernel reads and a skipped step leaves unchanged. Authoritative while not empty.
+  std::unordered_map<void*, torch::Tensor> steps_;
+};
+
+class FusedSgd : public torch::optim::SGD, public SkippableStep {
+ public:
+  FusedSgd(std::vector<torch::Tensor> params, torch::optim::SGDOptions options, bool fused = true);
+
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void step_unless(const torch::Tensor& found_inf) override;
+  bool last_step_fused() const override { return last_fused_; }
+
+ private:
+  bool fused_step(const torch::Tensor& found_inf);
+
+  bool fused_ = true;
+  bool last_fused_ = false;
+};
+
+/// `t` with exactly the sizes and strides of `like` (a copy when they differ): the fused kernels need the
+/// parameters, gradients and state in one layout (channels_last parameters after a resume, say).
+torch::Tensor in_layout_of(const torch::Tensor& t, const torch::Tensor& like);
+
+}  // namespace ranzcr
