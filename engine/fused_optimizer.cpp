@@ -52,6 +52,18 @@ std::optional<torch::Tensor> flag(const torch::Tensor& found_inf) {
   return found_inf;
 }
 
+// What LibTorch's optimizers do with a closure: evaluate it with gradients on.
+torch::Tensor evaluate(const torch::optim::Optimizer::LossClosure& closure) {
+  if (!closure) return {};
+  at::AutoGradMode enable_grad(true);
+  return closure();
+}
+
+// The per-parameter path's skip decision: reads the flag (a host sync).
+bool skip_per_parameter_step(const torch::Tensor& found_inf) {
+  return found_inf.defined() && found_inf.item<float>() != 0.0f;
+}
+
 }  // namespace
 
 torch::Tensor in_layout_of(const torch::Tensor& t, const torch::Tensor& like) {
@@ -68,11 +80,7 @@ FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOpt
     : torch::optim::AdamW(std::move(params), std::move(options)), fused_(fused) {}
 
 torch::Tensor FusedAdamW::step(LossClosure closure) {
-  torch::Tensor loss;
-  if (closure) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  torch::Tensor loss = evaluate(closure);
   step_unless(torch::Tensor());
   return loss;
 }
@@ -81,7 +89,7 @@ void FusedAdamW::step_unless(const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   last_fused_ = fused_ && fused_step(found_inf);
   if (last_fused_) return;
-  if (found_inf.defined() && found_inf.item<float>() != 0.0f) return;  // reads the device
+  if (skip_per_parameter_step(found_inf)) return;
   sync_steps();
   steps_.clear();
   torch::optim::AdamW::step();
@@ -162,11 +170,7 @@ FusedSgd::FusedSgd(std::vector<torch::Tensor> params, torch::optim::SGDOptions o
     : torch::optim::SGD(std::move(params), std::move(options)), fused_(fused) {}
 
 torch::Tensor FusedSgd::step(LossClosure closure) {
-  torch::Tensor loss;
-  if (closure) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  torch::Tensor loss = evaluate(closure);
   step_unless(torch::Tensor());
   return loss;
 }
@@ -175,7 +179,7 @@ void FusedSgd::step_unless(const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   last_fused_ = fused_ && fused_step(found_inf);
   if (last_fused_) return;
-  if (found_inf.defined() && found_inf.item<float>() != 0.0f) return;  // reads the device
+  if (skip_per_parameter_step(found_inf)) return;
   torch::optim::SGD::step();
 }
 
