@@ -30,6 +30,7 @@
 #include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/cross_validation.h"
+#include "engine/cuda_support.h"
 #include "engine/curves.h"
 #include "engine/ensemble.h"
 #include "engine/inference.h"
@@ -55,14 +56,6 @@ void apply_threads(const Config& config) {
   if (config.train.num_threads > 0) torch::set_num_threads(config.train.num_threads);
 }
 
-// This process's device: a GPU when there are any (gpu_for_local_rank), else the CPU.
-torch::Device worker_device(const WorldInfo& world) {
-  if (!torch::cuda::is_available()) return torch::kCPU;
-  const int gpus = static_cast<int>(torch::cuda::device_count());
-  return torch::Device(torch::kCUDA,
-                       static_cast<c10::DeviceIndex>(gpu_for_local_rank(world.local_rank, gpus)));
-}
-
 // NCCL needs GPUs and a LibTorch built with it.
 void require_usable_backend(const std::string& backend) {
   if (backend != "nccl") return;
@@ -71,6 +64,41 @@ void require_usable_backend(const std::string& backend) {
   if (!nccl_available())
     throw std::runtime_error(
         "distributed.backend nccl: this LibTorch was built without NCCL (use gloo or auto)");
+}
+
+int visible_gpus() {
+  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+}
+
+// Where a process of `world` runs: its device (train.device) and, in a process group, the backend.
+struct Placement {
+  torch::Device device = torch::kCPU;
+  std::string backend;  // "" for a single process (launcher "single": no process group)
+};
+
+// Throws one clear line when train.device or the backend cannot work here: cuda without a GPU, cuda:N
+// out of range or shared, NCCL without GPUs or with ranks truly sharing a GPU (more ranks on the node
+// than GPUs, unless each rank was given its own: srun --gpus-per-task, CUDA_VISIBLE_DEVICES per rank).
+Placement place(const Config& config, const WorldInfo& world, const EnvMap& env) {
+  const int gpus = visible_gpus();
+  const bool own = gpus_assigned_per_rank(env, world);
+  Placement p;
+  p.device = resolve_device(config.train.device, world.local_rank, world.local_world_size, gpus, own);
+  if (world.launcher == "single") return p;
+  p.backend = resolve_backend(config.distributed.backend, p.device);
+  require_usable_backend(p.backend);
+  if (p.backend == "nccl" && local_ranks_share_gpu(world.local_world_size, gpus, own))
+    throw std::runtime_error(
+        std::to_string(world.local_world_size) + " ranks on this node share " + std::to_string(gpus) +
+        " visible GPU(s): NCCL refuses two ranks on one GPU (use at most one process per "
+        "GPU, distributed.backend gloo, or train.device cpu)");
+  return p;
+}
+
+// Settles this process on `device` (the current CUDA device before any CUDA allocation).
+torch::Device settle(const torch::Device& device) {
+  cuda::set_device(device);
+  return device;
 }
 
 // In a terminal: one line updated in place; in a log: a line per quarter.
@@ -203,7 +231,8 @@ void install_stop_handlers() {
 int workers_per_node(const Config& config) {
   const std::string& n = config.distributed.nproc_per_node;
   if (n != "auto") return std::stoi(n);
-  return torch::cuda::is_available() ? std::max<int>(1, static_cast<int>(torch::cuda::device_count())) : 1;
+  const DeviceSetting d = parse_device_setting(config.train.device);  // cpu or one GPU: one process
+  return d.type == "cpu" || d.index >= 0 ? 1 : std::max(1, visible_gpus());
 }
 
 int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
@@ -218,20 +247,15 @@ int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
 using JobBody = std::function<int(const Config&, Collectives&, RunLog&, const torch::Device&)>;
 
 // One process of a multi-process job (started by us, torchrun, srun or a PyTorchJob).
-int run_worker(const Config& config, const WorldInfo& world, bool needs_dataset, const JobBody& body) {
-  const torch::Device device = worker_device(world);
+int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, bool needs_dataset,
+               const JobBody& body) {
+  const Placement placement = place(config, world, env);
+  const torch::Device device = settle(placement.device);
   // Share the cores among this node's workers (torchrun sets OMP_NUM_THREADS for the same reason).
   if (config.train.num_threads == 0)
     torch::set_num_threads(std::max(1, hardware_threads() / world.local_world_size));
   ProcessGroupOptions pgo;
-  pgo.backend = resolve_backend(config.distributed.backend, device);
-  require_usable_backend(pgo.backend);
-  if (pgo.backend == "nccl" && device.is_cuda() && world.local_world_size > torch::cuda::device_count())
-    throw std::runtime_error(
-        std::to_string(world.local_world_size) + " ranks on this node share " +
-        std::to_string(torch::cuda::device_count()) +
-        " visible GPU(s): NCCL refuses two ranks on one GPU (use at most one process per "
-        "GPU, or distributed.backend gloo)");
+  pgo.backend = placement.backend;
   pgo.init_method = config.distributed.init_method;
   pgo.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_seconds * 1000));
   pgo.device = device;
@@ -263,20 +287,25 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   // Under Slurm, one task per node that starts its own workers is asked for with nproc_per_node > 1.
   const bool slurm_tasks_are_nodes = nproc != "auto" && std::stoi(nproc) > 1;
   if (auto world = worker_from_env(env, slurm_tasks_are_nodes))
-    return run_worker(config, *world, needs_dataset, body);
+    return run_worker(config, *world, env, needs_dataset, body);
 
   const int nproc_here = workers_per_node(config);
   const NodePlan plan = node_plan_from_env(env, slurm_tasks_are_nodes);
   RunLog log(true);
   if (nproc_here == 1 && plan.nnodes == 1) {  // one process: no process group at all
+    const torch::Device device = settle(place(config, WorldInfo{}, env).device);
     if (needs_dataset) ensure_dataset(config, log);
     install_stop_handlers();
     auto collectives = make_local_collectives();
-    return body(config, *collectives, log, worker_device(WorldInfo{}));
+    return body(config, *collectives, log, device);
   }
   // Launcher: check what can be checked once here (one error line, not one per worker), then start
   // this node's workers.
-  require_usable_backend(config.distributed.backend);
+  WorldInfo workers;
+  workers.launcher = "self";
+  workers.local_world_size = nproc_here;
+  workers.world_size = nproc_here * plan.nnodes;
+  place(config, workers, env);
   if (needs_dataset) {
     ensure_dataset(config, log);
     load_train_index(config.data, index_options(config.data));
@@ -534,7 +563,7 @@ int run_cv(const CvArgs& args) {
   for (int k = 0; k < config.data.folds; ++k)
     if (const int status = train_fold(args, config, k, log); status != 0) return status;
   if (const int sig = g_stop_signal.load()) return 128 + sig;
-  const torch::Device device = worker_device(WorldInfo{});
+  const torch::Device device = settle(place(config, WorldInfo{}, current_environment()).device);
   configure_device(device);
   const CvReport report = write_out_of_fold(config, device, log);
   log.info("cv: out-of-fold mean AUC " + std::to_string(report.auc.mean) + " over " +

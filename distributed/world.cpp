@@ -211,6 +211,15 @@ int gpu_for_local_rank(int local_rank, int visible_gpus) {
   return local_rank % visible_gpus;
 }
 
+bool gpus_assigned_per_rank(const EnvMap& env, const WorldInfo& world) {
+  if (world.launcher == "self" || world.launcher == "single") return false;  // one environment for all
+  return get(env, "SLURM_GPUS_PER_TASK") || get(env, "CUDA_VISIBLE_DEVICES");
+}
+
+bool local_ranks_share_gpu(int local_world_size, int visible_gpus, bool own_gpus) {
+  return visible_gpus > 0 && local_world_size > visible_gpus && !own_gpus;
+}
+
 }  // namespace ranzcr
 
 namespace ranzcr {

@@ -50,6 +50,19 @@ NodePlan node_plan_from_env(const EnvMap& env, bool slurm_tasks_are_nodes);
 /// local_rank modulo the visible count.
 int gpu_for_local_rank(int local_rank, int visible_gpus);
 
+/// Whether each rank on this node was given GPUs of its own, so that what this rank sees is not what the
+/// others see: a worker of an external launcher (srun, torchrun, a PyTorchJob, a wrapper script) with
+/// SLURM_GPUS_PER_TASK (srun --gpus-per-task) or CUDA_VISIBLE_DEVICES set, taken as set per rank. Never
+/// for our own self-launched workers or a single process: they all inherit one environment. (Ranks that
+/// an external launcher gives one CUDA_VISIBLE_DEVICES with fewer GPUs than ranks pass this check; NCCL
+/// then refuses them itself.)
+bool gpus_assigned_per_rank(const EnvMap& env, const WorldInfo& world);
+
+/// Whether the `local_world_size` ranks of a node would put two ranks on one GPU when this rank sees
+/// `visible_gpus` GPUs: more ranks than GPUs, unless each rank was given GPUs of its own (`own_gpus`,
+/// gpus_assigned_per_rank). False without GPUs.
+bool local_ranks_share_gpu(int local_world_size, int visible_gpus, bool own_gpus);
+
 /// First host of a Slurm host list, full grammar: "gpu[07-09,12],cpu1" -> "gpu07",
 /// "rack[1-2]-node[01-02]" -> "rack1-node01".
 std::string first_slurm_host(const std::string& nodelist);

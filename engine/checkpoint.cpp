@@ -78,6 +78,8 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
     meta.epoch_metric = optional.toDouble();
   torch::Tensor rng;
   if (archive.try_read("rng_states", rng)) meta.rng_states = rng.cpu();
+  if (archive.try_read("rng_device", optional) && optional.isString())
+    meta.rng_device = optional.toStringRef();
   return meta;
 }
 
@@ -166,6 +168,7 @@ std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& 
   archive.write("epochs_since_best", c10::IValue(meta.epochs_since_best));
   archive.write("epoch_metric", c10::IValue(meta.epoch_metric));
   if (meta.rng_states.defined()) archive.write("rng_states", meta.rng_states.cpu());
+  if (!meta.rng_device.empty()) archive.write("rng_device", c10::IValue(meta.rng_device));
   auto write_part = [&](const char* key, const auto* part) {  // a module or the optimizer, when there is one
     if (!part) return;
     torch::serialize::OutputArchive part_archive;

@@ -33,6 +33,9 @@ struct CheckpointMeta {
   /// Mid-epoch saves: every rank's random generator state (uint8 [world_size, state bytes]), so that
   /// dropout and other random ops continue exactly where they were. Undefined at epoch ends.
   torch::Tensor rng_states;
+  /// The device type whose generator those states are ("cpu", "cuda"): a state fits only a generator of
+  /// its type. "" in checkpoints written before it was recorded.
+  std::string rng_device;
 };
 
 /// The checkpoint file's bytes: model, optimizer (may be null), the EMA weights (may be null), the

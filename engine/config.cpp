@@ -75,6 +75,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("train.channels_last", t.channels_last);
   v("train.resume", t.resume);
   v("train.ema_decay", t.ema_decay);
+  v("train.device", t.device);
   v("distributed.nproc_per_node", c.distributed.nproc_per_node);
   v("distributed.backend", c.distributed.backend);
   v("distributed.init_method", c.distributed.init_method);
@@ -255,6 +256,22 @@ std::vector<std::string> config_keys() {
   return keys;
 }
 
+DeviceSetting parse_device_setting(const std::string& value) {
+  DeviceSetting d;
+  if (value == "auto" || value == "cpu" || value == "cuda") {
+    d.type = value;
+    return d;
+  }
+  const std::string digits = value.rfind("cuda:", 0) == 0 ? value.substr(5) : "";
+  if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos)
+    throw std::runtime_error(
+        "config: train.device must be auto, cpu, cuda or cuda:N (N a GPU index, 0 or more), got '" + value +
+        "'");
+  d.type = "cuda";
+  d.index = std::stoi(digits);
+  return d;
+}
+
 void validate_config(const Config& c) {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw std::runtime_error("config: " + what);
@@ -304,6 +321,10 @@ void validate_config(const Config& c) {
   require(c.train.ema_decay >= 0.0 && c.train.ema_decay < 1.0, "train.ema_decay must be in [0, 1) (0 = off)");
   require(c.train.resume == "auto" || c.train.resume == "never",
           "train.resume must be auto or never, got '" + c.train.resume + "'");
+  const DeviceSetting device = parse_device_setting(c.train.device);
+  require(
+      !(device.type == "cpu" && c.distributed.backend == "nccl"),
+      "distributed.backend nccl needs GPUs, but train.device is cpu (use distributed.backend gloo or auto)");
   require(!c.synth.generate_if_missing || !c.synth.root.empty(),
           "synth.generate_if_missing needs synth.root (the folder the synthetic data set is generated in)");
   require(

@@ -49,6 +49,7 @@ struct TrainConfig {
   std::string channels_last = "auto";  // auto | true | false: NHWC conv layout (auto: on for CUDA)
   std::string resume = "auto";  // auto: continue output.dir's checkpoints/last.pt when there is one | never
   double ema_decay = 0.0;       // EMA of the weights (timm ModelEmaV3 with warm-up); 0 = off
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N (auto: this rank's GPU when one is visible)
 };
 
 struct DistributedConfig {
@@ -92,6 +93,15 @@ std::string config_to_yaml(const Config& config);
 
 /// Every valid dotted key, in declaration order.
 std::vector<std::string> config_keys();
+
+/// train.device parsed: type "auto", "cpu" or "cuda"; `index` is N of cuda:N (-1 otherwise).
+struct DeviceSetting {
+  std::string type = "auto";
+  int index = -1;
+};
+/// Parses a train.device value. Throws std::runtime_error naming train.device for anything but auto, cpu,
+/// cuda or cuda:N (N a GPU index >= 0).
+DeviceSetting parse_device_setting(const std::string& value);
 
 /// Semantic checks that span several fields (positive sizes, known optimizer, ...).
 void validate_config(const Config& config);

@@ -17,6 +17,10 @@ bool compiled_with_cuda() {
   return true;
 }
 
+void set_device(const torch::Device& device) {
+  if (device.is_cuda()) c10::cuda::set_device(device.has_index() ? device.index() : 0);
+}
+
 bool bf16_supported(const torch::Device& device) {
   if (!device.is_cuda()) return false;
   const auto* props = at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0);

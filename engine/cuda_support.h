@@ -13,6 +13,11 @@ namespace ranzcr::cuda {
 /// True when this binary was built against a LibTorch with CUDA.
 bool compiled_with_cuda();
 
+/// Makes `device` this process's current CUDA device (c10::cuda::set_device), so that CUDA work without an
+/// explicit device (NCCL, caching allocator, streams) lands on it. A no-op for a CPU device; throws for a
+/// CUDA device when the binary has no CUDA.
+void set_device(const torch::Device& device);
+
 /// bf16 tensor cores on this GPU (compute capability 8.0 or newer).
 bool bf16_supported(const torch::Device& device);
 

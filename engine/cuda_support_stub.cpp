@@ -6,14 +6,18 @@
 namespace ranzcr::cuda {
 namespace {
 
-[[noreturn]] void no_cuda(const char* what) {
-  throw std::runtime_error(std::string(what) + ": this binary was built against a LibTorch without CUDA");
+[[noreturn]] void no_cuda(const std::string& what) {
+  throw std::runtime_error(what + ": this binary was built against a LibTorch without CUDA");
 }
 
 }  // namespace
 
 bool compiled_with_cuda() {
   return false;
+}
+
+void set_device(const torch::Device& device) {
+  if (device.is_cuda()) no_cuda("CUDA device " + device.str());
 }
 
 bool bf16_supported(const torch::Device&) {

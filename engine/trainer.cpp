@@ -445,6 +445,35 @@ std::string Trainer::resume_source() {
   return "";
 }
 
+namespace {
+
+// This rank's generator state from a mid-epoch checkpoint when it fits this run's generator, else
+// undefined, with a warning: a state of another device type (a run moved between CPU and GPU) or size
+// cannot be restored, and the random ops (dropout) of the rest of that epoch then differ.
+torch::Tensor fitting_rng_state(const CheckpointMeta& saved, int rank, const torch::Device& device,
+                                RunLog& log) {
+  const torch::Tensor state = saved.rng_states[rank];
+  const std::string type = c10::DeviceTypeName(device.type(), /*lower_case=*/true);
+  at::Generator gen = at::globalContext().defaultGenerator(device);
+  int64_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    bytes = gen.get_state().numel();
+  }
+  std::string why;
+  if (!saved.rng_device.empty() && saved.rng_device != type)
+    why = "are a " + saved.rng_device + " generator's and this run is on " + type;
+  else if (state.numel() != bytes)
+    why = "hold " + std::to_string(state.numel()) + " bytes, this run's " + type + " generator " +
+          std::to_string(bytes);
+  if (why.empty()) return state.clone();
+  log.warn("the checkpoint's random generator states " + why +
+           ": not restored, so random ops (dropout) in the rest of the epoch differ from the original run");
+  return torch::Tensor();
+}
+
+}  // namespace
+
 void Trainer::resume(const std::string& path, bool automatic) {
   collectives_.barrier();                          // the file is complete before anyone reads it
   CheckpointReader reader(path, options_.device);  // one read: check, then restore
@@ -489,7 +518,7 @@ void Trainer::resume(const std::string& path, bool automatic) {
     if (saved.world_size == world && saved.batch_size == config_.train.batch_size) {
       skip_batches_ = saved.epoch_batches_done;
       if (saved.rng_states.defined() && saved.rng_states.size(0) == world)
-        resume_rng_ = saved.rng_states[collectives_.rank()].clone();
+        resume_rng_ = fitting_rng_state(saved, collectives_.rank(), options_.device, log_);
     } else {
       log_.warn("the checkpoint was saved mid-epoch by a run of another shape; epoch " +
                 std::to_string(saved.epoch + 1) + " restarts from its beginning");
@@ -675,10 +704,12 @@ void Trainer::stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_
       state = gen.get_state();
     }
     meta_.rng_states = collectives_.all_gather_cat(state.unsqueeze(0)).cpu();
+    meta_.rng_device = c10::DeviceTypeName(options_.device.type(), /*lower_case=*/true);
   }
   sync_buffers();
   if (collectives_.is_main()) save({ckpt_dir_ + "/last.pt"});
   meta_.rng_states = torch::Tensor();
+  meta_.rng_device.clear();
   collectives_.barrier();
   log_.warn("stopped at epoch " + std::to_string(epoch + 1) + " batch " + std::to_string(batches_done) + "/" +
             std::to_string(epoch_batches) + "; saved " + ckpt_dir_ +

@@ -4,6 +4,7 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include "data/csv.h"
+#include "engine/config.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -16,10 +17,11 @@ class CliTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
     test::make_dataset(*dir_ / "ds", 80, 64, 12);
+    // train.device: cpu: these tests mean the CPU (2 Gloo ranks, fp32, "device": "cpu"), on a GPU host too.
     test::write_file(*dir_ / "cfg.yaml",
                      "data:\n  root: " + *dir_ / "ds" +
                          "\n  image_size: 48\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 2\n"
-                         "  batch_size: 16\noutput:\n  dir: " +
+                         "  batch_size: 16\n  device: cpu\noutput:\n  dir: " +
                          *dir_ / "run" + "\n");
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -190,14 +192,52 @@ TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
                     "checkpoint not found");
   if (!torch::cuda::is_available())
     expect_user_error(
-        "train --config " + cfg() + " --set distributed.nproc_per_node=2 --set distributed.backend=nccl",
+        "train --config " + cfg() +
+            " --set train.device=auto --set distributed.nproc_per_node=2 --set distributed.backend=nccl",
         "distributed.backend nccl needs GPUs");
+  expect_user_error(
+      "train --config " + cfg() + " --set distributed.nproc_per_node=2 --set distributed.backend=nccl",
+      "distributed.backend nccl needs GPUs, but train.device is cpu");
   expect_user_error("train --config " + cfg() + " --set distributed.nproc_per_node=x",
                     "positive integer or auto");
   expect_user_error("train", "--config is required");
   expect_user_error("plot " + d, "no metrics.jsonl in " + d);
   expect_user_error("plot", "RUN_DIR is required");
   expect_user_error("bogus", "");
+}
+
+// train.device: the shipped quickstart recipe (on the small data set) trains on the CPU when asked to;
+// bad values are config errors naming the key.
+TEST_F(CliTest, TrainDeviceCpu) {
+  const std::string run = *dir_ / "device_cpu", ds = *dir_ / "ds";
+  const auto t = run_command(bin() + " train --config " + RANZCR_SOURCE_DIR + "/configs/quickstart.yaml" +
+                             " --set train.device=cpu --set data.root=" + ds + " --set synth.root=" + ds +
+                             " --set data.image_size=48 --set train.epochs=1 --set output.dir=" + run);
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find("device cpu"), std::string::npos) << t.output;
+  EXPECT_NE(test::read_file(run + "/log.txt").find("device cpu"), std::string::npos);
+  EXPECT_EQ(load_config(run + "/config.yaml").train.device, "cpu");
+  EXPECT_EQ(test::read_metrics(run).size(), 1u);
+  for (const char* bad : {"gpu", "cuda:x", "cuda:-1"})
+    expect_user_error(
+        "train --config " + cfg() + " --set train.device=" + bad,
+        std::string("train.device must be auto, cpu, cuda or cuda:N (N a GPU index, 0 or more), got '") +
+            bad + "'");
+}
+
+// train.device cuda (or cuda:N) on a machine without a GPU: one error line naming train.device, from a
+// single process and from the launcher of 2 workers (before it starts any).
+TEST_F(CliTest, TrainDeviceCudaWithoutAGpuIsAnError) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU";
+  const std::string base = "train --config " + cfg() + " --set output.dir=" + *dir_ / "device_cuda";
+  expect_user_error(base + " --set train.device=cuda", "train.device cuda: no CUDA GPU is visible");
+  expect_user_error(base + " --set train.device=cuda:0", "train.device cuda:0: no CUDA GPU is visible");
+  expect_user_error(base + " --set train.device=cuda --set distributed.nproc_per_node=2",
+                    "train.device cuda: no CUDA GPU is visible");
+  const auto r =
+      run_command(bin() + " " + base + " --set train.device=cuda --set distributed.nproc_per_node=2");
+  EXPECT_EQ(r.output.find("launching"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(*dir_ / "device_cuda/checkpoints")) << r.output;
 }
 
 TEST_F(CliTest, MissingCsvImageAndCorruptJpeg) {

@@ -55,10 +55,12 @@ class CvTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
     test::make_dataset(*dir_ / "ds", 80, 64, 12);
-    test::write_file(*dir_ / "cfg.yaml",
-                     "data:\n  root: " + *dir_ / "ds" +
-                         "\n  image_size: 48\n  folds: 3\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 2\n"
-                         "  batch_size: 16\ndistributed:\n  timeout_seconds: 60\n  grace_seconds: 5\n");
+    // train.device: cpu: these tests mean CPU ranks (Gloo), also on a GPU host.
+    test::write_file(
+        *dir_ / "cfg.yaml",
+        "data:\n  root: " + *dir_ / "ds" +
+            "\n  image_size: 48\n  folds: 3\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 2\n"
+            "  batch_size: 16\n  device: cpu\ndistributed:\n  timeout_seconds: 60\n  grace_seconds: 5\n");
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string bin() { return RANZCR_BINARY; }

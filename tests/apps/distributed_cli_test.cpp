@@ -30,10 +30,11 @@ class DistributedCliTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
     test::make_dataset(*dir_ / "ds", 96, 64, 0);
+    // train.device: cpu: these tests mean CPU ranks (Gloo), also on a GPU host.
     test::write_file(*dir_ / "cfg.yaml",
                      "data:\n  root: " + *dir_ / "ds" +
                          "\n  image_size: 32\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 2\n"
-                         "  batch_size: 8\n  log_every_seconds: 0.2\ndistributed:\n"
+                         "  batch_size: 8\n  log_every_seconds: 0.2\n  device: cpu\ndistributed:\n"
                          "  timeout_seconds: 60\n  grace_seconds: 5\n");
   }
   static void TearDownTestSuite() { delete dir_; }

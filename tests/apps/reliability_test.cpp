@@ -23,11 +23,12 @@ class ReliabilityTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
     test::make_dataset(*dir_ / "ds", 400, 64, 0);
+    // train.device: cpu: these tests mean CPU ranks (Gloo), also on a GPU host.
     test::write_file(
         *dir_ / "cfg.yaml",
         "data:\n  root: " + *dir_ / "ds" +
             "\n  image_size: 32\n  num_workers: 1\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 1\n"
-            "  batch_size: 8\n  num_threads: 1\n  log_every_seconds: 0.1\ndistributed:\n"
+            "  batch_size: 8\n  num_threads: 1\n  log_every_seconds: 0.1\n  device: cpu\ndistributed:\n"
             "  timeout_seconds: 60\n  grace_seconds: 60\n");
   }
   static void TearDownTestSuite() { delete dir_; }

@@ -78,11 +78,13 @@ class TwoHostsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
     test::make_dataset(*dir_ / "ds", 64, 64, 0);
-    test::write_file(*dir_ / "cfg.yaml",
-                     "data:\n  root: " + *dir_ / "ds" +
-                         "\n  image_size: 32\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 1\n"
-                         "  batch_size: 8\ndistributed:\n  nproc_per_node: 1\n  timeout_seconds: 60\n"
-                         "  grace_seconds: 5\n");
+    // train.device: cpu: these tests mean CPU ranks (Gloo), also on a GPU host.
+    test::write_file(
+        *dir_ / "cfg.yaml",
+        "data:\n  root: " + *dir_ / "ds" +
+            "\n  image_size: 32\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 1\n"
+            "  batch_size: 8\n  device: cpu\ndistributed:\n  nproc_per_node: 1\n  timeout_seconds: 60\n"
+            "  grace_seconds: 5\n");
   }
   static void TearDownTestSuite() { delete dir_; }
 

@@ -205,5 +205,51 @@ TEST(World, GpuForLocalRank) {
   EXPECT_EQ(gpu_for_local_rank(7, 1), 0);
 }
 
+// Ranks truly share a GPU only when more of them than the GPUs they see are on a node and nobody gave
+// each its own: srun --gpus-per-task=1 (8 tasks, each seeing 1 GPU) is fine, our own 2 workers on a
+// one-GPU host are not.
+TEST(World, RanksShareAGpuOnlyWhenNotGivenTheirOwn) {
+  const EnvMap slurm = {{"SLURM_PROCID", "3"},          {"SLURM_NTASKS", "8"},
+                        {"SLURM_LOCALID", "3"},         {"SLURM_NTASKS_PER_NODE", "8"},
+                        {"SLURM_JOB_NODELIST", "gpu1"}, {"SLURM_STEP_ID", "0"},
+                        {"SLURM_GPUS_PER_TASK", "1"},   {"CUDA_VISIBLE_DEVICES", "0"}};
+  const WorldInfo slurm_world = *worker_from_env(slurm, false);
+  ASSERT_EQ(slurm_world.local_world_size, 8);
+  EXPECT_TRUE(gpus_assigned_per_rank(slurm, slurm_world));
+  EXPECT_FALSE(local_ranks_share_gpu(8, 1, gpus_assigned_per_rank(slurm, slurm_world)));
+  EnvMap bare = slurm;  // srun --gpus-per-task without device binding sets only this
+  bare.erase("CUDA_VISIBLE_DEVICES");
+  EXPECT_TRUE(gpus_assigned_per_rank(bare, *worker_from_env(bare, false)));
+  bare.erase("SLURM_GPUS_PER_TASK");  // 8 tasks and nothing says they got GPUs of their own
+  EXPECT_FALSE(gpus_assigned_per_rank(bare, *worker_from_env(bare, false)));
+  EXPECT_TRUE(local_ranks_share_gpu(8, 1, false));
+
+  // torchrun (or a wrapper) with CUDA_VISIBLE_DEVICES per rank.
+  const EnvMap torchrun = {{"TORCHELASTIC_RUN_ID", "x"}, {"RANK", "1"},
+                           {"WORLD_SIZE", "2"},          {"LOCAL_RANK", "1"},
+                           {"LOCAL_WORLD_SIZE", "2"},    {"CUDA_VISIBLE_DEVICES", "1"}};
+  EXPECT_TRUE(gpus_assigned_per_rank(torchrun, *worker_from_env(torchrun, false)));
+  EnvMap torchrun_all = torchrun;
+  torchrun_all.erase("CUDA_VISIBLE_DEVICES");
+  EXPECT_FALSE(gpus_assigned_per_rank(torchrun_all, *worker_from_env(torchrun_all, false)));
+
+  // Our own workers inherit one environment: CUDA_VISIBLE_DEVICES is the same for all of them.
+  const EnvMap self = {{"RANK", "1"},
+                       {"WORLD_SIZE", "2"},
+                       {"LOCAL_RANK", "1"},
+                       {"LOCAL_WORLD_SIZE", "2"},
+                       {"RANZCR_LAUNCHER", "self"},
+                       {"CUDA_VISIBLE_DEVICES", "0"}};
+  const WorldInfo self_world = *worker_from_env(self, false);
+  EXPECT_FALSE(gpus_assigned_per_rank(self, self_world));
+  EXPECT_TRUE(local_ranks_share_gpu(2, 1, false));                                     // two workers, one GPU
+  EXPECT_FALSE(gpus_assigned_per_rank({{"CUDA_VISIBLE_DEVICES", "0"}}, WorldInfo{}));  // one process
+
+  EXPECT_FALSE(local_ranks_share_gpu(2, 2, false));  // one GPU each
+  EXPECT_FALSE(local_ranks_share_gpu(4, 8, false));
+  EXPECT_FALSE(local_ranks_share_gpu(2, 0, false));  // no GPU: nothing to share (CPU ranks)
+  EXPECT_FALSE(local_ranks_share_gpu(1, 1, false));
+}
+
 }  // namespace
 }  // namespace ranzcr

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "engine/precision.h"
+
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -50,6 +52,56 @@ TEST(Config, WrongTypeNamesTheKeyLineAndExpectation) {
             std::string::npos);
   EXPECT_NE(error_of("train: {channels_last: yes}\n").find("train.channels_last must be auto, true or false"),
             std::string::npos);
+}
+
+// train.device: auto | cpu | cuda | cuda:N; anything else is an error naming the key and what is valid.
+TEST(Config, DeviceSetting) {
+  EXPECT_EQ(parse_config("", "x").train.device, "auto");
+  for (const char* ok : {"auto", "cpu", "cuda", "cuda:0", "cuda:7"})
+    EXPECT_EQ(parse_config("", "x", {std::string("train.device=") + ok}).train.device, ok);
+  EXPECT_EQ(parse_device_setting("cuda:3").type, "cuda");
+  EXPECT_EQ(parse_device_setting("cuda:3").index, 3);
+  EXPECT_EQ(parse_device_setting("cuda").index, -1);
+  EXPECT_EQ(parse_device_setting("cpu").type, "cpu");
+  for (const char* bad : {"gpu", "cuda:x", "cuda:-1", "CPU", "cuda:1.5", "0"}) {
+    const std::string e = error_of("", {std::string("train.device=") + bad});
+    EXPECT_NE(e.find("train.device must be auto, cpu, cuda or cuda:N"), std::string::npos)
+        << bad << ": " << e;
+    EXPECT_NE(e.find(std::string("got '") + bad + "'"), std::string::npos) << bad << ": " << e;
+  }
+  EXPECT_NE(error_of("train:\n  device: gpu\n").find("train.device must be"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.device=cpu", "distributed.backend=nccl"})
+                .find("distributed.backend nccl needs GPUs, but train.device is cpu"),
+            std::string::npos);
+}
+
+// The device a rank gets for train.device, given the GPUs it sees (resolve_device is pure: no GPU needed).
+TEST(Config, DeviceResolution) {
+  // resolve_device(setting, local_rank, local_world_size, visible_gpus, own_gpus)
+  EXPECT_EQ(resolve_device("auto", 0, 1, 0, false), torch::Device(torch::kCPU));
+  EXPECT_EQ(resolve_device("auto", 1, 2, 2, false), torch::Device(torch::kCUDA, 1));
+  EXPECT_EQ(resolve_device("cpu", 0, 1, 8, false), torch::Device(torch::kCPU));
+  EXPECT_EQ(resolve_device("cuda", 3, 4, 4, false), torch::Device(torch::kCUDA, 3));
+  EXPECT_EQ(resolve_device("cuda", 5, 8, 1, true), torch::Device(torch::kCUDA, 0));  // --gpus-per-task=1
+  EXPECT_EQ(resolve_device("cuda:2", 0, 1, 4, false), torch::Device(torch::kCUDA, 2));
+  EXPECT_EQ(resolve_device("cuda:0", 3, 8, 1, true), torch::Device(torch::kCUDA, 0));  // each rank its own
+  auto error = [](const std::string& setting, int rank, int ranks, int gpus, bool own) {
+    try {
+      resolve_device(setting, rank, ranks, gpus, own);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("cuda", 0, 1, 0, false).find("train.device cuda: no CUDA GPU is visible"),
+            std::string::npos);
+  EXPECT_NE(error("cuda:1", 0, 1, 0, false).find("train.device cuda:1: no CUDA GPU is visible"),
+            std::string::npos);
+  EXPECT_NE(error("cuda:2", 0, 1, 2, false).find("train.device cuda:2: this process sees 2 GPU(s)"),
+            std::string::npos);
+  EXPECT_NE(
+      error("cuda:0", 0, 2, 4, false).find("train.device cuda:0: the 2 ranks on this node would all use"),
+      std::string::npos);
 }
 
 TEST(Config, SetOverridesParseTheValueAsYaml) {

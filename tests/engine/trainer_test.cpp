@@ -148,6 +148,73 @@ TEST_F(TrainerTest, MidEpochStopAndResumeEqualTheUninterruptedRunWithDropout) {
                    m[1]["val_auc_mean"].get<double>());
 }
 
+// A mid-epoch checkpoint holds each rank's generator state with its device type. One of another type (a
+// run stopped on a GPU, continued on a CPU: a CUDA state is 16 bytes, a CPU one thousands) or of another
+// size cannot be restored: the run continues with a warning instead of failing. A checkpoint written
+// before the type was recorded (no rng_device) with a fitting state resumes exactly as before.
+TEST_F(TrainerTest, MidEpochResumeAcrossDeviceTypes) {
+  std::ostringstream out, err;
+  RunLog log(true, out, err, false);
+  RunLog quiet(false);
+  auto coll = make_local_collectives();
+  auto cfg = [](const std::string& name) {
+    Config c = config(*dir_ / name, 2);
+    c.model.dropout = 0.5;
+    return c;
+  };
+  train(cfg("xdev_full"), *coll, quiet, TrainOptions{});
+  std::atomic<int> stop{SIGTERM};
+  TrainOptions stopping;
+  stopping.stop_signal = &stop;
+  ASSERT_EQ(train(cfg("xdev_cut"), *coll, quiet, stopping).stopped_by_signal, SIGTERM);
+  const CheckpointMeta cut = read_checkpoint_meta(*dir_ / "xdev_cut/checkpoints/last.pt");
+  ASSERT_TRUE(cut.rng_states.defined());
+  EXPECT_EQ(cut.rng_device, "cpu");
+
+  // A copy of the stopped run whose last.pt has `rng_device` and `rng_states` replaced.
+  ModelSpec spec;
+  spec.dropout = 0.5;
+  auto variant = [&](const std::string& name, const std::string& device, const torch::Tensor& states) {
+    std::filesystem::copy(*dir_ / "xdev_cut", *dir_ / name, std::filesystem::copy_options::recursive);
+    const std::string path = *dir_ / name + "/checkpoints/last.pt";
+    CheckpointReader reader(path);
+    CheckpointMeta meta = reader.meta();
+    auto model = create_model("tiny_cnn", spec);
+    auto optimizer = make_optimizer(cfg(name).optim, *model);
+    reader.restore(*model, optimizer.get());
+    meta.rng_device = device;
+    meta.rng_states = states;
+    write_file_atomic(path, serialize_checkpoint(meta, *model, optimizer.get()));
+    EXPECT_EQ(read_checkpoint_meta(path).rng_device, device);
+    return cfg(name);
+  };
+  const torch::Tensor cuda_sized = torch::arange(16, torch::kUInt8).unsqueeze(0);  // seed and offset
+
+  const TrainSummary moved = train(variant("xdev_cuda", "cuda", cuda_sized), *coll, log, TrainOptions{});
+  EXPECT_EQ(moved.epochs, 2);
+  EXPECT_EQ(test::read_metrics(*dir_ / "xdev_cuda").size(), 2u);
+  EXPECT_NE(
+      err.str().find("warning: the checkpoint's random generator states are a cuda generator's and this "
+                     "run is on cpu: not restored"),
+      std::string::npos)
+      << err.str();
+  EXPECT_NE(out.str().find("resumed from " + *dir_ / "xdev_cuda/checkpoints/last.pt at epoch 0, step " +
+                           std::to_string(cut.step) + ", batch " + std::to_string(cut.epoch_batches_done)),
+            std::string::npos)
+      << out.str();
+
+  err.str("");  // an old checkpoint (no recorded type) whose state does not fit: a warning too
+  EXPECT_EQ(train(variant("xdev_old_bad", "", cuda_sized), *coll, log, TrainOptions{}).epochs, 2);
+  EXPECT_NE(err.str().find("random generator states hold 16 bytes, this run's cpu generator"),
+            std::string::npos)
+      << err.str();
+
+  err.str("");  // an old checkpoint with a fitting state: restored, the same as the uninterrupted run
+  EXPECT_EQ(train(variant("xdev_old", "", cut.rng_states), *coll, log, TrainOptions{}).epochs, 2);
+  EXPECT_EQ(err.str().find("random generator"), std::string::npos) << err.str();
+  expect_same_weights(*dir_ / "xdev_full/checkpoints/last.pt", *dir_ / "xdev_old/checkpoints/last.pt", spec);
+}
+
 // A stop that arrives during validation (or the checkpoint write after it) is honoured right after the
 // epoch's save, not one epoch later, and nothing of the epoch is lost.
 TEST_F(TrainerTest, StopDuringValidationEndsTheRunAfterTheEpochsSave) {
