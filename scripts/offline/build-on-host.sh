@@ -9,7 +9,9 @@
 # What it assumes on the host: bash, tar with xz (or a python3 to unpack), a C++ compiler (g++ 12 or newer),
 # cmake >= 3.18 and ninja; a python (PYTHON, default python3) with torch; for a CUDA build of torch, the CUDA
 # toolkit (nvcc) that Torch's CMake config asks for: CUDAToolkit_ROOT, else CUDA_HOME, else the toolkit of
-# the nvcc on PATH, else /usr/local/cuda.
+# the nvcc on PATH, else /usr/local/cuda; for a torch with NCCL, NCCL's nccl.h (CMake looks in NCCL_INCLUDE_DIR,
+# NCCL_ROOT, NCCL_HOME, torch's nvidia-nccl wheel, the toolkit and the system; it says which it took).
+# scripts/offline/rehearse-host.sh rehearses this build on a networked machine without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python3}
@@ -103,6 +105,8 @@ JOBS=$(nproc)
 say "building into $BUILD_DIR"
 RANZCR_OFFLINE=1 RANZCR_BUNDLE="$BUNDLE" BUILD_DIR="$BUILD_DIR" Torch_DIR="$TORCH_PREFIX/Torch" \
   RANZCR_CMAKE_ARGS="$CUDA_ARGS ${RANZCR_CMAKE_ARGS:-}" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS scripts/setup.sh
+nccl_dir=$(sed -n 's/^RANZCR_NCCL_INCLUDE_DIR:PATH=//p' "$BUILD_DIR/CMakeCache.txt")
+[ -n "$nccl_dir" ] && say "nccl.h from $nccl_dir"
 [ "${RANZCR_SKIP_TESTS:-0}" = 1 ] && exit 0
 say "ctest -j $JOBS $*"
 ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure "$@"

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Rehearses the offline GPU host's build on this (networked, GPU-less) machine: the host's exact torch wheel,
+# the offline bundle, and build-on-host.sh with RANZCR_OFFLINE=1, once per CUDA toolkit layout, each build
+# linking every target and running the CPU test suite (the CUDA tests skip without a GPU).
+#   scripts/offline/rehearse-host.sh                            # both layouts, then a summary
+#   RANZCR_REHEARSE_LAYOUTS=full scripts/offline/rehearse-host.sh
+#   RANZCR_REHEARSE_SKIP_TESTS=1 scripts/offline/rehearse-host.sh   # build only
+#   RANZCR_REHEARSE_CACHE=/data/rehearse RANZCR_BUNDLE_TARBALL=/data/ranzcr-bundle.tar.xz scripts/offline/rehearse-host.sh
+# Layouts of the CUDA toolkit (found from CUDAToolkit_ROOT, else the nvcc on PATH):
+#   minimal  the toolkit as it is here: nvcc and the runtime, no CUDA library headers, no libnvrtc (build-on-host
+#            takes both from torch's nvidia wheels, nccl.h among them);
+#   full     a simulated full toolkit: the same one plus the CUDA library headers (cusparse.h, cublas_v2.h, ...)
+#            and libnvrtc, and no nccl.h, as a CUDA 13 install has. build-on-host then adds no wheel folders,
+#            so CMake must find nccl.h itself; a configure that hides the wheel's nccl.h must fail with one line.
+# Cached (git-ignored) in RANZCR_REHEARSE_CACHE (default third_party/rehearse): a venv with the host's torch
+# (RANZCR_REHEARSE_TORCH, default torch==2.11.0, the cu130 build on PyPI) and the nvidia-* wheels it pulls
+# in, and the simulated toolkit. The bundle is RANZCR_BUNDLE_TARBALL, else third_party/ranzcr-bundle.tar.xz,
+# made with make-bundle.sh when absent. Build folders: build-rehearse-<layout>/. Logs: <cache>/logs/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+CACHE=${RANZCR_REHEARSE_CACHE:-$ROOT/third_party/rehearse}
+TORCH_SPEC=${RANZCR_REHEARSE_TORCH:-torch==2.11.0}
+LAYOUTS=${RANZCR_REHEARSE_LAYOUTS:-minimal full}
+TARBALL=${RANZCR_BUNDLE_TARBALL:-$ROOT/third_party/ranzcr-bundle.tar.xz}
+mkdir -p "$CACHE/logs"
+CACHE=$(cd "$CACHE" && pwd)
+LOGS=$CACHE/logs
+say() { echo "rehearse-host: $*" >&2; }
+die() {
+  echo "rehearse-host: error: $*" >&2
+  exit 1
+}
+SUMMARY=()
+note() {
+  SUMMARY+=("$1")
+  say "$1"
+}
+clock() { date +%s; }
+minutes() { awk -v s="$1" -v e="$(clock)" 'BEGIN { printf "%.1f min", (e - s) / 60 }'; }
+
+# 1. The host's torch wheel and the nvidia-* wheels its CMake config and headers need (pip's dependencies).
+VENV=$CACHE/venv
+t0=$(clock)
+if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+  say "installing $TORCH_SPEC into $VENV (about 4.6 GB with the nvidia wheels)"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q "$TORCH_SPEC" >"$LOGS/pip.log" 2>&1 || die "pip install $TORCH_SPEC failed ($LOGS/pip.log)"
+fi
+TORCH_VERSION=$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')
+TORCH_CUDA=$("$VENV/bin/python" -c 'import torch; print(torch.version.cuda or "")')
+SITE=$("$VENV/bin/python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+[ -n "$TORCH_CUDA" ] || die "$TORCH_SPEC in $VENV is not a CUDA build (torch $TORCH_VERSION)"
+[ -f "$SITE/nvidia/nccl/include/nccl.h" ] || die "no nvidia/nccl/include/nccl.h beside torch in $SITE"
+note "torch $TORCH_VERSION (CUDA $TORCH_CUDA) in $VENV ($(minutes "$t0"))"
+
+# 2. The bundle, as the host gets it: the tarball, unpacked by build-on-host into a fresh folder.
+t0=$(clock)
+if [ ! -f "$TARBALL" ]; then
+  say "no bundle tarball $TARBALL: making it with make-bundle.sh"
+  scripts/offline/make-bundle.sh >"$LOGS/make-bundle.log" 2>&1 || die "make-bundle.sh failed ($LOGS/make-bundle.log)"
+  TARBALL=$ROOT/third_party/ranzcr-bundle.tar.xz
+fi
+BUNDLE=$CACHE/bundle
+rm -rf "$BUNDLE"
+note "bundle $TARBALL ($(du -h "$TARBALL" | cut -f1), $(minutes "$t0"))"
+
+# 3. The toolkits.
+toolkit_root() {
+  if [ -n "${CUDAToolkit_ROOT:-}" ]; then
+    (cd "$CUDAToolkit_ROOT" && pwd)
+  else
+    command -v nvcc >/dev/null || die "no nvcc on PATH and no CUDAToolkit_ROOT: the rehearsal needs a CUDA toolkit"
+    local top
+    top=$(nvcc -v --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -n 1)
+    (cd "$top" && pwd -P)
+  fi
+}
+MINIMAL=$(toolkit_root)
+has_library_headers() { [ -n "$(find "$1/include/" "$1"/targets/*/include/ -maxdepth 1 -name cusparse.h 2>/dev/null | head -n 1)" ]; }
+# A full toolkit: a copy of the minimal one (hard links where the file system allows), with the CUDA library
+# headers and libraries of torch's nvidia wheels added to include/ and lib64/ (NCCL's excepted).
+make_full_toolkit() {
+  local full=$CACHE/toolkit-full
+  if [ ! -f "$full/.complete" ]; then
+    rm -rf "$full"
+    cp -al "$MINIMAL" "$full" 2>/dev/null || cp -a "$MINIMAL" "$full"
+    mkdir -p "$full/lib64"
+    local dir lib
+    for dir in "$SITE"/nvidia/*/include "$SITE"/nvidia/*/lib; do
+      case $dir in "$SITE"/nvidia/nccl/*) continue ;; esac
+      lib=include
+      [ "${dir##*/}" = lib ] && lib=lib64
+      cp -rnl "$dir"/. "$full/$lib/" 2>/dev/null || cp -rn "$dir"/. "$full/$lib/"
+    done
+    # and the unversioned names (libnvrtc.so, ...) that a toolkit has and find_library looks for
+    for lib in "$full"/lib64/lib*.so.*; do
+      [ -e "${lib%%.so.*}.so" ] || ln -s "${lib##*/}" "${lib%%.so.*}.so"
+    done
+    touch "$full/.complete"
+  fi
+  has_library_headers "$full" || die "the simulated full toolkit $full has no cusparse.h"
+  [ -z "$(find "$full" -name nccl.h | head -n 1)" ] || die "the simulated full toolkit $full has an nccl.h"
+  echo "$full"
+}
+
+# 4. Per layout: build-on-host (offline, fresh bundle, fresh build folder), its ctest, and what it said.
+rehearse() {
+  local layout=$1 toolkit=$2 build=$ROOT/build-rehearse-$1 log=$LOGS/build-$1.log t0
+  t0=$(clock)
+  rm -rf "$build"
+  say "$layout toolkit $toolkit: build-on-host into $build (log $log)"
+  local status=0
+  CUDAToolkit_ROOT=$toolkit PYTHON=$VENV/bin/python BUILD_DIR=$build RANZCR_BUNDLE=$BUNDLE \
+    RANZCR_BUNDLE_TARBALL=$TARBALL RANZCR_SKIP_TESTS=${RANZCR_REHEARSE_SKIP_TESTS:-0} \
+    scripts/offline/build-on-host.sh >"$log" 2>&1 || status=$?
+  grep -E '^build-on-host: (CUDA toolkit|no CUDA library headers|no libnvrtc|nccl.h from)' "$log" | sed "s/^/  [$layout] /" >&2 || true
+  if [ "$status" -ne 0 ]; then
+    tail -n 30 "$log" >&2
+    note "$layout: FAILED (exit $status after $(minutes "$t0")), log $log"
+    return 1
+  fi
+  local tests
+  tests=$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1 || true)
+  note "$layout: built every target$([ -n "$tests" ] && echo ", ctest: $tests") ($(minutes "$t0"))"
+}
+
+# 5. The error a toolkit and a torch without nccl.h give: configure only, the wheel's nccl.h hidden.
+missing_nccl_error() {
+  local toolkit=$1 build=$ROOT/build-rehearse-nonccl log=$LOGS/configure-nonccl.log
+  rm -rf "$build"
+  local status=0
+  CUDAToolkit_ROOT=$toolkit PYTHON=$VENV/bin/python BUILD_DIR=$build RANZCR_BUNDLE=$BUNDLE RANZCR_SKIP_TESTS=1 \
+    RANZCR_CMAKE_ARGS="-DCMAKE_IGNORE_PATH=$SITE/nvidia/nccl/include" CMAKE_BUILD_PARALLEL_LEVEL=1 \
+    timeout 600 bash -c 'scripts/offline/build-on-host.sh' >"$log" 2>&1 || status=$?
+  rm -rf "$build"
+  if [ "$status" -ne 0 ] && grep -q 'no nccl.h was found' "$log"; then
+    note "without nccl.h: configure stops with: $(grep -o 'ranzcr: LibTorch.*no nccl.h was found.*' "$log" | head -n 1 | cut -c1-160)..."
+  else
+    note "without nccl.h: FAILED, no 'no nccl.h was found' error (exit $status), log $log"
+    return 1
+  fi
+}
+
+failed=0
+for layout in $LAYOUTS; do
+  case $layout in
+    minimal)
+      has_library_headers "$MINIMAL" && say "note: the toolkit $MINIMAL has cusparse.h: 'minimal' is not minimal here"
+      rehearse minimal "$MINIMAL" || failed=1
+      ;;
+    full)
+      FULL=$(make_full_toolkit)
+      rehearse full "$FULL" || failed=1
+      missing_nccl_error "$FULL" || failed=1
+      ;;
+    *) die "unknown layout '$layout' in RANZCR_REHEARSE_LAYOUTS (minimal, full)" ;;
+  esac
+done
+rm -rf "$BUNDLE"
+
+echo "rehearse-host: summary ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, git $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+printf '  %s\n' "${SUMMARY[@]}"
+[ "$failed" = 0 ] || die "the rehearsal failed (see above)"
+echo "rehearse-host: passed"
