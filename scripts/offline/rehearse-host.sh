@@ -47,9 +47,9 @@ if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q "$TORCH_SPEC" >"$LOGS/pip.log" 2>&1 || die "pip install $TORCH_SPEC failed ($LOGS/pip.log)"
 fi
-TORCH_VERSION=$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')
-TORCH_CUDA=$("$VENV/bin/python" -c 'import torch; print(torch.version.cuda or "")')
-SITE=$("$VENV/bin/python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+# (-W ignore: this torch warns that the venv has no NumPy, which the build does not need)
+read -r TORCH_VERSION SITE TORCH_CUDA < <("$VENV/bin/python" -W ignore -c \
+  'import os, torch; print(torch.__version__, os.path.dirname(os.path.dirname(torch.__file__)), torch.version.cuda or "")')
 [ -n "$TORCH_CUDA" ] || die "$TORCH_SPEC in $VENV is not a CUDA build (torch $TORCH_VERSION)"
 [ -f "$SITE/nvidia/nccl/include/nccl.h" ] || die "no nvidia/nccl/include/nccl.h beside torch in $SITE"
 note "torch $TORCH_VERSION (CUDA $TORCH_CUDA) in $VENV ($(minutes "$t0"))"
