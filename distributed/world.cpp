@@ -213,7 +213,14 @@ int gpu_for_local_rank(int local_rank, int visible_gpus) {
 
 bool gpus_assigned_per_rank(const EnvMap& env, const WorldInfo& world) {
   if (world.launcher == "self" || world.launcher == "single") return false;  // one environment for all
-  return get(env, "SLURM_GPUS_PER_TASK") || get(env, "CUDA_VISIBLE_DEVICES");
+  if (world.launcher == "slurm") {
+    // srun --gpus-per-task, or a node with a GPU for every task (--gpu-bind then shows each task its
+    // own); --gres=gpu:N with more tasks than N gives every task the same CUDA_VISIBLE_DEVICES.
+    if (get(env, "SLURM_GPUS_PER_TASK")) return true;
+    const int on_node = get_int(env, "SLURM_GPUS_ON_NODE", 0);
+    return on_node > 0 && on_node >= world.local_world_size;
+  }
+  return get(env, "CUDA_VISIBLE_DEVICES") != nullptr;
 }
 
 bool local_ranks_share_gpu(int local_world_size, int visible_gpus, bool own_gpus) {

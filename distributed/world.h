@@ -51,11 +51,13 @@ NodePlan node_plan_from_env(const EnvMap& env, bool slurm_tasks_are_nodes);
 int gpu_for_local_rank(int local_rank, int visible_gpus);
 
 /// Whether each rank on this node was given GPUs of its own, so that what this rank sees is not what the
-/// others see: a worker of an external launcher (srun, torchrun, a PyTorchJob, a wrapper script) with
-/// SLURM_GPUS_PER_TASK (srun --gpus-per-task) or CUDA_VISIBLE_DEVICES set, taken as set per rank. Never
-/// for our own self-launched workers or a single process: they all inherit one environment. (Ranks that
-/// an external launcher gives one CUDA_VISIBLE_DEVICES with fewer GPUs than ranks pass this check; NCCL
-/// then refuses them itself.)
+/// others see. Slurm tasks: with SLURM_GPUS_PER_TASK (srun --gpus-per-task), or when the node holds a GPU
+/// for every task (SLURM_GPUS_ON_NODE >= the tasks on the node, bound per task by --gpu-bind); not with
+/// --gres=gpu:N shared by more than N tasks, whose CUDA_VISIBLE_DEVICES is the same for all. Other external
+/// launchers (torchrun, a PyTorchJob, a wrapper script): with CUDA_VISIBLE_DEVICES set, taken as set per
+/// rank (torchrun itself sets none; one CUDA_VISIBLE_DEVICES for ranks of a torchrun that outnumber its
+/// GPUs passes this check, and NCCL then refuses them itself). Never for our own self-launched workers
+/// or a single process: they all inherit one environment.
 bool gpus_assigned_per_rank(const EnvMap& env, const WorldInfo& world);
 
 /// Whether the `local_world_size` ranks of a node would put two ranks on one GPU when this rank sees

@@ -223,6 +223,16 @@ TEST(World, RanksShareAGpuOnlyWhenNotGivenTheirOwn) {
   bare.erase("SLURM_GPUS_PER_TASK");  // 8 tasks and nothing says they got GPUs of their own
   EXPECT_FALSE(gpus_assigned_per_rank(bare, *worker_from_env(bare, false)));
   EXPECT_TRUE(local_ranks_share_gpu(8, 1, false));
+  // srun --gres=gpu:4 with 8 tasks: every task sees the same 4 GPUs, so two tasks share each.
+  EnvMap gres = bare;
+  gres["SLURM_GPUS_ON_NODE"] = "4";
+  gres["CUDA_VISIBLE_DEVICES"] = "0,1,2,3";
+  EXPECT_FALSE(gpus_assigned_per_rank(gres, *worker_from_env(gres, false)));
+  EXPECT_TRUE(local_ranks_share_gpu(8, 4, false));
+  // srun --gres=gpu:8 --gpu-bind=single:1 with 8 tasks: a GPU of its own each, one visible.
+  gres["SLURM_GPUS_ON_NODE"] = "8";
+  gres["CUDA_VISIBLE_DEVICES"] = "3";
+  EXPECT_TRUE(gpus_assigned_per_rank(gres, *worker_from_env(gres, false)));
 
   // torchrun (or a wrapper) with CUDA_VISIBLE_DEVICES per rank.
   const EnvMap torchrun = {{"TORCHELASTIC_RUN_ID", "x"}, {"RANK", "1"},
