@@ -62,6 +62,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("optim.warmup_epochs", o.warmup_epochs);
   v("optim.min_lr_ratio", o.min_lr_ratio);
   v("optim.grad_clip", o.grad_clip);
+  v("optim.fused", o.fused);
   auto& t = c.train;
   v("train.epochs", t.epochs);
   v("train.batch_size", t.batch_size);
@@ -306,6 +307,8 @@ void validate_config(const Config& c) {
   require(c.optim.lr > 0.0, "optim.lr must be positive");
   require(c.optim.warmup_epochs >= 0.0, "optim.warmup_epochs must be >= 0");
   require(c.optim.grad_clip >= 0.0, "optim.grad_clip must be >= 0");
+  require(c.optim.fused == "auto" || c.optim.fused == "true" || c.optim.fused == "false",
+          "optim.fused must be auto, true or false, got '" + c.optim.fused + "'");
   require(c.train.epochs >= 1, "train.epochs must be at least 1");
   require(c.train.batch_size >= 1, "train.batch_size must be at least 1");
   require(c.train.accum_steps >= 1, "train.accum_steps must be at least 1");

@@ -34,6 +34,7 @@ struct OptimConfig {
   double warmup_epochs = 0.5;  // linear warmup length, epochs (fractional allowed)
   double min_lr_ratio = 0.01;  // cosine floor as a fraction of lr
   double grad_clip = 0.0;      // max global gradient norm (0 = off)
+  std::string fused = "auto";  // auto | true | false: PyTorch's fused AdamW/SGD kernels (auto: on CUDA)
 };
 
 struct TrainConfig {

@@ -127,14 +127,23 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Cl
   return make_optimizer(o, model.parameters());
 }
 
+// optim.fused auto follows torch.optim's defaults: the fused/multi-tensor kernels for CUDA parameters, the
+// per-parameter step on a CPU (where nothing is launched, and the numbers stay LibTorch's).
+bool use_fused_kernels(const OptimConfig& o, const std::vector<torch::Tensor>& parameters) {
+  if (o.fused == "auto") return !parameters.empty() && parameters.front().is_cuda();
+  return o.fused == "true";
+}
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
                                                         std::vector<torch::Tensor> parameters) {
+  const bool fused = use_fused_kernels(o, parameters);
   if (o.name == "sgd")
     return std::make_unique<FusedSgd>(
         parameters,
-        torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay));
+        torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay),
+        fused);
   return std::make_unique<FusedAdamW>(parameters,
-                                      torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+                                      torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay), fused);
 }
 
 std::string annotations_csv_path(const DataConfig& data) {

@@ -46,6 +46,9 @@ TEST(Config, WrongTypeNamesTheKeyLineAndExpectation) {
   EXPECT_NE(error_of("data:\n  label_columns: a\n").find("expected a list of strings"), std::string::npos);
   EXPECT_NE(error_of("optim:\n  lr: [1]\n").find("expected a number, got a list"), std::string::npos);
   EXPECT_NE(error_of("optim:\n  name: adam\n").find("optim.name must be adamw or sgd"), std::string::npos);
+  EXPECT_NE(error_of("optim:\n  fused: yes please\n")
+                .find("optim.fused must be auto, true or false, got 'yes please'"),
+            std::string::npos);
   EXPECT_NE(error_of("train: {epochs: 0}\n").find("train.epochs must be at least 1"), std::string::npos);
   EXPECT_NE(error_of("train: {precision: fp8}\n")
                 .find("train.precision must be auto, fp32, bf16 or fp16, got 'fp8'"),

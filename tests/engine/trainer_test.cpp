@@ -15,6 +15,7 @@
 #include "engine/aux_seg.h"
 #include "engine/checkpoint.h"
 #include "engine/curves.h"
+#include "engine/fused_optimizer.h"
 #include "engine/trained_model.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
@@ -517,6 +518,26 @@ TEST_F(TrainerTest, TensorBoardReadsTheEventFiles) {
         EXPECT_EQ(static_cast<float>(scalars["val/auc/" + item.key()][step]), item.value().get<float>())
             << item.key();
   }
+}
+
+// optim.fused: auto takes the fused kernels for CUDA parameters only (torch.optim's default), so a CPU
+// run steps with LibTorch's per-parameter AdamW/SGD and its numbers stay LibTorch's; true forces the
+// fused kernel on the CPU, false never takes it.
+TEST(MakeOptimizer, OptimFusedPicksTheStep) {
+  for (const std::string name : {"adamw", "sgd"})
+    for (const std::string fused : {"auto", "true", "false"}) {
+      const Config c = parse_config("", "test", {"optim.name=" + name, "optim.fused=" + fused});
+      torch::manual_seed(3);
+      std::vector<torch::Tensor> params = {torch::randn({4, 3}).requires_grad_(true)};
+      params[0].mutable_grad() = torch::randn({4, 3});
+      const torch::Tensor before = params[0].detach().clone();
+      auto optimizer = make_optimizer(c.optim, params);
+      auto* step = dynamic_cast<SkippableStep*>(optimizer.get());
+      ASSERT_NE(step, nullptr) << name;
+      step->step_unless(torch::Tensor());
+      EXPECT_EQ(step->last_step_fused(), fused == "true") << name << " optim.fused=" << fused;
+      EXPECT_FALSE(torch::equal(before, params[0])) << name << " optim.fused=" << fused << ": no step";
+    }
 }
 
 TEST(Schedule, WarmupThenCosine) {
