@@ -58,11 +58,15 @@ std::string precision_name(Precision precision) {
   }
 }
 
-bool resolve_channels_last(const std::string& setting, const torch::Device& device) {
+bool resolve_on_for_cuda(const std::string& key, const std::string& setting, const torch::Device& device) {
   if (setting == "auto") return device.is_cuda();
   if (setting == "true") return true;
   if (setting == "false") return false;
-  throw std::runtime_error("train.channels_last '" + setting + "': expected auto, true or false");
+  throw std::runtime_error(key + " '" + setting + "': expected auto, true or false");
+}
+
+bool resolve_channels_last(const std::string& setting, const torch::Device& device) {
+  return resolve_on_for_cuda("train.channels_last", setting, device);
 }
 
 void set_memory_format(torch::nn::Module& module, bool channels_last) {

@@ -25,6 +25,10 @@ enum class Precision { kFp32, kBf16, kFp16 };
 Precision resolve_precision(const std::string& name, const torch::Device& device);
 std::string precision_name(Precision precision);
 
+/// A setting named `key` of auto | true | false whose auto means on for CUDA devices, off on CPUs
+/// (train.channels_last, optim.fused).
+bool resolve_on_for_cuda(const std::string& key, const std::string& setting, const torch::Device& device);
+
 /// train.channels_last (auto | true | false): auto is on for CUDA devices (conv nets run faster in NHWC
 /// with cuDNN), off on CPUs.
 bool resolve_channels_last(const std::string& setting, const torch::Device& device);

@@ -129,9 +129,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Cl
 
 // optim.fused auto follows torch.optim's defaults: the fused/multi-tensor kernels for CUDA parameters, the
 // per-parameter step on a CPU (where nothing is launched, and the numbers stay LibTorch's).
-bool use_fused_kernels(const OptimConfig& o, const std::vector<torch::Tensor>& parameters) {
-  if (o.fused == "auto") return !parameters.empty() && parameters.front().is_cuda();
-  return o.fused == "true";
+static bool use_fused_kernels(const OptimConfig& o, const std::vector<torch::Tensor>& parameters) {
+  const torch::Device device = parameters.empty() ? torch::Device(torch::kCPU) : parameters.front().device();
+  return resolve_on_for_cuda("optim.fused", o.fused, device);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
