@@ -1,5 +1,5 @@
 // Options of the data library: data set layout, augmentation and the synthetic generator.
-// Part of the YAML config (engine/config.h); kept here so data/ does not depend on the engine.
+// Part of the YAML config (engine/config/config.h); kept here so data/ does not depend on the engine.
 #pragma once
 
 #include <string>

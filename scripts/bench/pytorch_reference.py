@@ -10,7 +10,7 @@ What it measures (images per second, like `build/ranzcr bench`):
 
 How it matches ranzcr (read from the C++ sources):
   config   the same YAML file and `--set a.b=value` overrides (value parsed as YAML); defaults from
-           engine/config.h and data/data_config.h; unknown keys are ignored here.
+           engine/config/config.h and data/data_config.h; unknown keys are ignored here.
   data     data/dataset_index.cpp: <root>/<train_csv>, label columns = every column but the id and group
            columns unless data.label_columns; images <root>/<image_dir>/<id><image_ext>. The training rows
            are the exact train side of data/split.cpp (group_split / group_kfold, same mt19937_64 draws).
@@ -54,7 +54,7 @@ def fail(msg):
     sys.exit(f"error: {msg}")
 
 
-# ---------------------------------------------------------------- config (engine/config.cpp defaults)
+# ---------------------------------------------------------------- config (engine/config/config.cpp defaults)
 DEFAULTS = {
     "seed": 42,
     "data": {"root": "datasets/synthetic", "train_csv": "train.csv", "image_dir": "train", "image_ext": ".jpg",
@@ -539,7 +539,7 @@ def main():
         "model_source": source, "opencv_version": cv2.__version__,
         "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
     }
-    # The table of `ranzcr bench` (engine/bench.cpp bench_table), plus the reference's own settings.
+    # The table of `ranzcr bench` (engine/jobs/bench.cpp bench_table), plus the reference's own settings.
     print(f"bench (pytorch reference): {mc['name']} {size} px, batch {bs} x 1 rank(s), {precision}"
           f"{', channels_last' if channels_last else ''}, device {device}, {result['threads']} threads, {workers} "
           f"loader workers, {args.steps} steps after {args.warmup} warm-up; decode {result['decode']}, model from "

@@ -4,7 +4,7 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include "data/csv.h"
-#include "engine/config.h"
+#include "engine/config/config.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "data/csv.h"
-#include "engine/checkpoint.h"
+#include "engine/io/checkpoint.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "distributed/launcher.h"
-#include "engine/checkpoint.h"
+#include "engine/io/checkpoint.h"
 #include "models/registry.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "engine/checkpoint.h"
+#include "engine/io/checkpoint.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
 

@@ -10,9 +10,9 @@
 #include "distributed/ddp.h"
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
-#include "engine/aux_seg.h"
-#include "engine/inference.h"
-#include "engine/train_step.h"
+#include "engine/train/aux_seg.h"
+#include "engine/infer/inference.h"
+#include "engine/train/train_step.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
 

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
 

@@ -1,0 +1,96 @@
+#include "engine/infer/ensemble.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+
+#include "engine/runtime/precision.h"
+
+namespace fs = std::filesystem;
+
+namespace ranzcr {
+namespace {
+
+// K of a "fold_K" folder name, or -1.
+int fold_number(const std::string& name) {
+  const std::string prefix = "fold_";
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return -1;
+  const std::string digits = name.substr(prefix.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 6) return -1;
+  return std::stoi(digits);
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> checkpoints_in(const std::string& run_dir) {
+  if (!fs::is_directory(run_dir)) throw std::runtime_error("run folder not found: " + run_dir);
+  std::map<int, std::string> folds;
+  for (const auto& e : fs::directory_iterator(run_dir)) {
+    const int k = e.is_directory() ? fold_number(e.path().filename().string()) : -1;
+    if (k >= 0) folds[k] = (e.path() / "checkpoints" / "best.pt").string();
+  }
+  std::vector<std::string> out;
+  for (const auto& [k, path] : folds) {
+    if (!fs::exists(path))
+      throw std::runtime_error(run_dir + ": fold " + std::to_string(k) + " has no best checkpoint (" + path +
+                               "); finish the cv run first");
+    out.push_back(path);
+  }
+  if (!out.empty()) return out;
+  const std::string best = (fs::path(run_dir) / "checkpoints" / "best.pt").string();
+  if (!fs::exists(best))
+    throw std::runtime_error(run_dir + " holds no checkpoints/best.pt nor fold_K/checkpoints/best.pt");
+  return {best};
+}
+
+EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberOptions& options_for,
+                            const DatasetIndex& index, const std::vector<int64_t>& rows,
+                            const torch::Device& device, Collectives& collectives) {
+  if (paths.empty()) throw std::runtime_error("no model given");
+  EnsembleResult out;
+  const bool single = paths.size() == 1;
+  torch::Tensor sum;
+  for (const auto& path : paths) {
+    TrainedModel trained = load_trained_model(path, device);
+    if (!out.models.empty() && trained.info.label_names != out.models.front().label_names)
+      throw std::runtime_error(path + " predicts other labels than " + paths.front() + " (" +
+                               join(trained.info.label_names) + " vs " +
+                               join(out.models.front().label_names) + ")");
+    const InferenceOptions options = options_for(trained.info);
+    set_memory_format(*trained.model, options.channels_last);
+    InferenceResult r = run_inference(*trained.model, index, rows, options, collectives);
+    if (out.models.empty()) {
+      out.labels = r.labels;
+      out.rows = r.rows;
+      out.skipped = r.skipped;
+      out.logits = r.logits;
+      sum =
+          single ? torch::sigmoid(r.logits).to(torch::kDouble) : torch::sigmoid(r.logits.to(torch::kDouble));
+    } else {
+      if (!torch::equal(r.rows, out.rows))  // the same images are readable for every model
+        throw std::logic_error("ensemble members predicted different rows");
+      sum = sum + torch::sigmoid(r.logits.to(torch::kDouble));
+    }
+    out.models.push_back(trained.info);
+    out.options.push_back(options);
+  }
+  const int64_t n = static_cast<int64_t>(paths.size());
+  out.probs = (single ? sum : sum / static_cast<double>(n)).contiguous();
+  if (n > 1) out.logits = torch::Tensor();
+  return out;
+}
+
+double probability_bce(const torch::Tensor& probs, const torch::Tensor& labels) {
+  return torch::binary_cross_entropy(probs.to(torch::kDouble), labels.to(torch::kDouble)).item<double>();
+}
+
+}  // namespace ranzcr

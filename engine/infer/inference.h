@@ -1,0 +1,43 @@
+// Batched inference over rows of a data set, sharded over ranks without padding, gathered once.
+#pragma once
+
+#include <torch/types.h>
+
+#include <vector>
+
+#include "data/dataset_index.h"
+#include "distributed/collectives.h"
+#include "engine/runtime/precision.h"
+#include "models/registry.h"
+
+namespace ranzcr {
+
+struct InferenceOptions {
+  int image_size = 256;
+  bool clahe = false;
+  int batch_size = 64;
+  int num_workers = 2;
+  int prefetch_batches = 4;
+  bool skip_bad_images = false;
+  bool tta_hflip = false;  // average the logits of the image and its horizontal mirror
+  int in_channels = 1;
+  std::vector<double> input_mean{0.0};  // model.input_mean / model.input_std
+  std::vector<double> input_std{1.0};
+  torch::Device device = torch::kCPU;
+  Precision precision = Precision::kFp32;  // autocast dtype of the forward
+  bool channels_last = false;              // NHWC input (for a channels_last model)
+};
+
+struct InferenceResult {
+  torch::Tensor logits;  // [N, C] float32, CPU, in the order of `rows` (skipped images left out)
+  torch::Tensor labels;  // [N, C] float32 0/1 ([N, 0] when the index is unlabeled)
+  torch::Tensor rows;    // [N] int64: the index row of each prediction
+  int64_t skipped = 0;   // unreadable images skipped (all ranks)
+};
+
+/// Runs `model` in eval mode over `rows` of `index`. Each rank takes rows[rank::world]; the results are
+/// gathered on every rank and put back in the order of `rows`, so the metric sees exactly the full set.
+InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
+                              const InferenceOptions& options, Collectives& collectives);
+
+}  // namespace ranzcr

@@ -1,0 +1,93 @@
+// Self-describing checkpoints: format version, resolved config, label names, epoch/step, best metric,
+// model parameters and buffers, optimizer state. Written atomically (temporary file, fsync, rename).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/io/atomic_file.h"
+
+namespace ranzcr {
+
+// 2: ResNet and EfficientNet parameters carry timm's names (version 1 held torchvision-style names).
+constexpr int64_t kCheckpointFormatVersion = 2;
+
+struct CheckpointMeta {
+  int64_t format_version = kCheckpointFormatVersion;
+  int64_t epoch = 0;        // completed epochs
+  int64_t step = 0;         // optimizer steps taken (drives the LR schedule)
+  double best_metric = -1;  // best validation mean AUC so far (-1 = none)
+  std::string config_yaml;  // resolved config of the run
+  std::string model_name;
+  std::vector<std::string> label_names;
+  int64_t world_size = 1;          // processes of the run that wrote it
+  int64_t epoch_batches_done = 0;  // batches of epoch `epoch` done (per rank) when stopped mid-epoch
+  int64_t batch_size = 0;          // per process
+  double loss_scale = 0.0;         // fp16 loss scaler's scale (0 = no scaler)
+  int64_t loss_scale_growth = 0;   // fp16 loss scaler's clean steps since its last change
+  int64_t epochs_since_best = 0;   // epochs without a better best_metric (early stopping)
+  double epoch_metric = -1;        // the validation metric of the epoch that wrote it (-1 = mid-epoch)
+  /// Mid-epoch saves: every rank's random generator state (uint8 [world_size, state bytes]), so that
+  /// dropout and other random ops continue exactly where they were. Undefined at epoch ends.
+  torch::Tensor rng_states;
+  /// The device type whose generator those states are ("cpu", "cuda"): a state fits only a generator of
+  /// its type. "" in checkpoints written before it was recorded.
+  std::string rng_device;
+};
+
+/// The checkpoint file's bytes: model, optimizer (may be null), the EMA weights (may be null), the
+/// training-only auxiliary head (may be null; stored apart from the model, which inference reads alone)
+/// and meta.
+std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
+                                 torch::optim::Optimizer* optimizer, torch::nn::Module* ema = nullptr,
+                                 torch::nn::Module* aux_head = nullptr);
+
+/// Writes model, optimizer (may be null) and meta to `path` atomically.
+void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
+                     torch::optim::Optimizer* optimizer);
+
+/// Reads a checkpoint file once: its meta is available before any weights are restored, so callers can
+/// check it (model name, labels) or build the model it needs. Throws std::runtime_error naming the file
+/// when it is missing, not a ranzcr checkpoint, or of an unsupported format version.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path, const torch::Device& device = torch::kCPU);
+  const CheckpointMeta& meta() const { return meta_; }
+  /// Restores model (and optimizer when non-null) state; tensors land on the reader's device.
+  void restore(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
+  /// Whether the checkpoint holds EMA weights (train.ema_decay > 0).
+  bool has_ema();
+  /// Restores the EMA weights into `module` (a model of the checkpoint's architecture).
+  void restore_ema(torch::nn::Module& module);
+  /// Whether the checkpoint holds an auxiliary segmentation head (model.aux_seg_weight > 0).
+  bool has_aux_head();
+  /// Restores the auxiliary head's weights into `module`.
+  void restore_aux_head(torch::nn::Module& module);
+
+ private:
+  bool has_part(const char* key);  // a sub-archive: "ema", "aux_head"
+  void restore_part(const char* key, const std::string& what, torch::nn::Module& module);
+
+  std::string path_;
+  torch::serialize::InputArchive archive_;
+  CheckpointMeta meta_;
+};
+
+/// Reads only the meta of a checkpoint. Throws std::runtime_error naming the file when it is missing,
+/// not a ranzcr checkpoint, or of an unsupported format version.
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+
+/// Restores model (and optimizer when non-null) state from `path`, its tensors loaded onto `device`
+/// (the model's device); returns its meta.
+CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
+                               torch::optim::Optimizer* optimizer, const torch::Device& device = torch::kCPU);
+
+/// `dir`/<prefix><epoch, 3 digits at least>.pt: checkpoints/epoch_007.pt, checkpoints/top_epoch_012.pt.
+std::string epoch_checkpoint_path(const std::string& dir, const std::string& prefix, int64_t epoch);
+
+}  // namespace ranzcr

@@ -1,0 +1,130 @@
+#include "engine/io/pretrained.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "engine/io/weight_file.h"
+
+namespace ranzcr {
+namespace {
+
+std::string shape_str(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? "," : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// timm's adapt_input_conv: [O, I, kh, kw] weights for `in_chans` input channels.
+torch::Tensor adapt_input_conv(int64_t in_chans, torch::Tensor w, const std::string& key) {
+  const auto type = w.scalar_type();
+  w = w.to(torch::kFloat32);
+  const int64_t o = w.size(0), i = w.size(1), kh = w.size(2), kw = w.size(3);
+  if (in_chans == 1) {
+    if (i > 3) {
+      if (i % 3 != 0)
+        throw std::runtime_error(key + ": cannot adapt " + std::to_string(i) + " input channels to 1");
+      w = w.reshape({o, i / 3, 3, kh, kw}).sum(2);
+    } else {
+      w = w.sum(1, /*keepdim=*/true);
+    }
+  } else if (in_chans != 3) {
+    if (i != 3)
+      throw std::runtime_error(key + ": cannot adapt " + std::to_string(i) + " input channels to " +
+                               std::to_string(in_chans));
+    const int64_t repeat = (in_chans + 2) / 3;
+    w = w.repeat({1, repeat, 1, 1}).slice(1, 0, in_chans) * (3.0 / static_cast<double>(in_chans));
+  } else if (i != 3) {
+    throw std::runtime_error(key + ": cannot adapt " + std::to_string(i) + " input channels to 3");
+  }
+  return w.to(type);
+}
+
+}  // namespace
+
+std::string PretrainedReport::summary(const std::string& path) const {
+  std::string s = std::to_string(loaded) + " tensors from " + path;
+  if (!adapted_input_conv.empty()) s += "; first conv adapted (" + adapted_input_conv + ")";
+  if (!reinitialised.empty()) {
+    s += "; classifier freshly initialised (shape differs:";
+    for (const auto& k : reinitialised) s += " " + k;
+    s += ")";
+  }
+  return s;
+}
+
+PretrainedReport load_pretrained(torch::nn::Module& model, const std::string& path) {
+  std::map<std::string, torch::Tensor> source;
+  try {
+    for (auto& kv : timm_names_from_torchvision(read_weight_file(path))) source[kv.first] = kv.second;
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("model.pretrained: ") + e.what());
+  }
+
+  // The model's tensors in registration order; the first 4-D parameter is the input conv, the module of
+  // the last 2-D parameter the classifier.
+  std::vector<std::pair<std::string, torch::Tensor>> target;
+  std::string first_conv, classifier;
+  for (const auto& kv : model.named_parameters(/*recurse=*/true)) {
+    target.emplace_back(kv.key(), kv.value());
+    if (first_conv.empty() && kv.value().dim() == 4) first_conv = kv.key();
+    if (kv.value().dim() == 2) classifier = kv.key().substr(0, kv.key().rfind('.') + 1);
+  }
+  for (const auto& kv : model.named_buffers(/*recurse=*/true)) target.emplace_back(kv.key(), kv.value());
+
+  PretrainedReport report;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (destination, source)
+  std::vector<std::string> missing, mismatched;
+  for (const auto& [key, dst] : target) {
+    auto it = source.find(key);
+    if (it == source.end()) {
+      if (!ends_with(key, "num_batches_tracked")) missing.push_back(key + " " + shape_str(dst));
+      continue;
+    }
+    torch::Tensor src = it->second;
+    const std::string file_shape = shape_str(src);
+    source.erase(it);
+    if (src.sizes() != dst.sizes()) {
+      if (key == first_conv && src.dim() == 4 && src.size(0) == dst.size(0) && src.size(2) == dst.size(2) &&
+          src.size(3) == dst.size(3)) {
+        src = adapt_input_conv(dst.size(1), src, "model.pretrained: " + path + ": " + key);
+        report.adapted_input_conv = key + " " + file_shape + " -> " + shape_str(dst);
+      } else if (!classifier.empty() && key.rfind(classifier, 0) == 0 &&
+                 key.find('.', classifier.size()) == std::string::npos) {
+        report.reinitialised.push_back(key + " " + file_shape + " -> " + shape_str(dst));
+        continue;
+      } else {
+        mismatched.push_back(key + " file " + file_shape + " model " + shape_str(dst));
+        continue;
+      }
+    }
+    copies.emplace_back(dst, src);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& kv : source) unexpected.push_back(kv.first + " " + shape_str(kv.second));
+
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    auto list = [](const char* what, const std::vector<std::string>& keys) {
+      if (keys.empty()) return std::string();
+      std::string s = std::string("; ") + what + " (" + std::to_string(keys.size()) + "):";
+      for (size_t i = 0; i < keys.size() && i < 8; ++i) s += " " + keys[i] + (i + 1 < keys.size() ? "," : "");
+      if (keys.size() > 8) s += " ...";
+      return s;
+    };
+    throw std::runtime_error("model.pretrained: " + path + " does not fit the model (timm names expected)" +
+                             list("missing", missing) + list("unexpected", unexpected) +
+                             list("other shape", mismatched));
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [dst, src] : copies) dst.copy_(src.to(dst.scalar_type()));
+  report.loaded = static_cast<int64_t>(copies.size());
+  return report;
+}
+
+}  // namespace ranzcr

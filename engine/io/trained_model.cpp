@@ -1,0 +1,162 @@
+#include "engine/io/trained_model.h"
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <stdexcept>
+
+#include "engine/io/checkpoint.h"
+#include "engine/io/safetensors.h"
+#include "engine/io/weight_file.h"
+
+namespace ranzcr {
+namespace {
+
+// Our checkpoints are LibTorch (zip) archives; exported models are safetensors files.
+FileFormat trained_model_format(const std::string& path) {
+  if (!std::ifstream(path, std::ios::binary)) throw std::runtime_error("checkpoint not found: " + path);
+  const FileFormat format = file_format(path);
+  if (format != FileFormat::kZipArchive && format != FileFormat::kSafetensors)
+    throw std::runtime_error(path +
+                             " is not a ranzcr checkpoint (.pt) nor a .safetensors file written by "
+                             "`ranzcr export`");
+  return format;
+}
+
+std::shared_ptr<Classifier> build(const TrainedModelInfo& info) {
+  ModelSpec spec;
+  spec.in_channels = info.model.in_channels;
+  spec.num_classes = static_cast<int>(info.label_names.size());
+  spec.dropout = info.model.dropout;
+  return create_model(info.model.name, spec);
+}
+
+TrainedModel from_checkpoint(const std::string& path, const torch::Device& device) {
+  CheckpointReader reader(path, device);
+  const CheckpointMeta& meta = reader.meta();
+  TrainedModel out;
+  out.info.path = path;
+  out.info.model = parse_config(meta.config_yaml, path + " (embedded config)").model;
+  out.info.model.name = meta.model_name;
+  out.info.model.pretrained.clear();
+  out.info.label_names = meta.label_names;
+  out.info.config_yaml = meta.config_yaml;
+  out.info.epoch = meta.epoch;
+  out.model = build(out.info);
+  out.model->to(device);
+  reader.restore(*out.model, nullptr);
+  out.info.ema = reader.has_ema();
+  if (out.info.ema) reader.restore_ema(*out.model);  // the averaged weights: validated, chosen, deployed
+  return out;
+}
+
+template <class T>
+T metadata_json(const SafetensorsFile& file, const std::string& path, const std::string& key, T fallback,
+                bool required) {
+  auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) {
+    if (!required) return fallback;
+    throw std::runtime_error(path + " has no '" + key + "' metadata: it was not written by `ranzcr export`");
+  }
+  try {
+    return nlohmann::json::parse(it->second).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw std::runtime_error(path + ": metadata '" + key + "' is malformed: " + it->second);
+  }
+}
+
+// Copies every tensor of `file` into the parameter or buffer of the same name; nothing may be missing,
+// left over or of another shape.
+void copy_exactly(torch::nn::Module& model, const SafetensorsFile& file, const std::string& path) {
+  std::map<std::string, torch::Tensor> source(file.tensors.begin(), file.tensors.end());
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;
+  std::string problems;
+  auto take = [&](const std::string& key, const torch::Tensor& dst) {
+    auto it = source.find(key);
+    if (it == source.end()) {
+      problems += " missing " + key + ";";
+    } else if (it->second.sizes() != dst.sizes()) {
+      problems += " " + key + " has another shape;";
+    } else {
+      copies.emplace_back(dst, it->second);
+    }
+    if (it != source.end()) source.erase(it);
+  };
+  for (const auto& kv : model.named_parameters()) take(kv.key(), kv.value());
+  for (const auto& kv : model.named_buffers()) take(kv.key(), kv.value());
+  for (const auto& kv : source) problems += " unexpected " + kv.first + ";";
+  if (!problems.empty())
+    throw std::runtime_error(path + ": the weights do not fit the model its metadata names:" +
+                             problems.substr(0, problems.size() - 1));
+  torch::NoGradGuard no_grad;
+  for (auto& [dst, src] : copies) dst.copy_(src.to(dst.scalar_type()));
+}
+
+TrainedModel from_safetensors(const std::string& path, const torch::Device& device) {
+  const SafetensorsFile file = load_safetensors(path);
+  TrainedModel out;
+  TrainedModelInfo& info = out.info;
+  info.path = path;
+  auto name = file.metadata.find("model_name");
+  if (name == file.metadata.end())
+    throw std::runtime_error(path +
+                             " has no 'model_name' metadata: it was not written by `ranzcr export` "
+                             "(timm weights without it are a starting point: model.pretrained)");
+  info.model.name = name->second;
+  info.label_names = metadata_json<std::vector<std::string>>(file, path, "label_names", {}, true);
+  info.model.in_channels = metadata_json<int>(file, path, "in_chans", 1, true);
+  info.model.input_mean = metadata_json<std::vector<double>>(file, path, "mean", {0.0}, false);
+  info.model.input_std = metadata_json<std::vector<double>>(file, path, "std", {1.0}, false);
+  info.epoch = metadata_json<int64_t>(file, path, "epoch", 0, false);
+  auto config = file.metadata.find("ranzcr_config");
+  if (config != file.metadata.end()) info.config_yaml = config->second;
+  auto weights = file.metadata.find("weights");
+  info.ema = weights != file.metadata.end() && weights->second == "ema";
+  if (info.label_names.empty()) throw std::runtime_error(path + ": metadata 'label_names' is empty");
+  out.model = build(info);
+  copy_exactly(*out.model, file, path);
+  out.model->to(device);
+  return out;
+}
+
+}  // namespace
+
+TrainedModel load_trained_model(const std::string& path, const torch::Device& device) {
+  TrainedModel out = trained_model_format(path) == FileFormat::kZipArchive ? from_checkpoint(path, device)
+                                                                           : from_safetensors(path, device);
+  out.model->eval();
+  return out;
+}
+
+std::map<std::string, std::string> export_metadata(const TrainedModelInfo& info) {
+  int image_size = 0;
+  if (!info.config_yaml.empty())
+    image_size = parse_config(info.config_yaml, info.path + " (embedded config)").data.image_size;
+  const int c = info.model.in_channels;
+  return {{"format", "pt"},
+          {"model_name", info.model.name},
+          {"label_names", nlohmann::json(info.label_names).dump()},
+          {"num_classes", std::to_string(info.label_names.size())},
+          {"in_chans", std::to_string(c)},
+          {"input_size", nlohmann::json({c, image_size, image_size}).dump()},
+          {"mean", nlohmann::json(info.model.input_mean).dump()},
+          {"std", nlohmann::json(info.model.input_std).dump()},
+          {"weights", info.ema ? "ema" : "model"},
+          {"epoch", std::to_string(info.epoch)},
+          {"ranzcr_config", info.config_yaml}};
+}
+
+int64_t export_safetensors(const TrainedModel& trained, const std::string& out) {
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& kv : trained.model->named_parameters())
+    tensors.emplace_back(kv.key(), kv.value().detach().to(torch::kCPU, torch::kFloat32));
+  for (const auto& kv : trained.model->named_buffers()) {
+    const torch::Tensor b = kv.value().detach().cpu();
+    tensors.emplace_back(kv.key(), b.is_floating_point() ? b.to(torch::kFloat32) : b);
+  }
+  save_safetensors(out, tensors, export_metadata(trained.info));
+  return static_cast<int64_t>(tensors.size());
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,209 @@
+#include "engine/jobs/bench.h"
+
+#include <torch/cuda.h>
+#include <torch/version.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <iomanip>
+#include <sstream>
+
+#include "data/batch_loader.h"
+#include "data/dataset_index.h"
+#include "data/sampler.h"
+#include "distributed/ddp.h"
+#include "engine/runtime/device_batches.h"
+#include "engine/train/train_step.h"
+#include "engine/train/trainer.h"
+
+namespace ranzcr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void device_sync(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// Timed section: every rank waits for its device, then the slowest rank's time counts.
+class Stopwatch {
+ public:
+  Stopwatch(const torch::Device& device, Collectives& collectives)
+      : device_(device), collectives_(collectives) {}
+  void start() {
+    device_sync(device_);
+    collectives_.barrier();
+    start_ = Clock::now();
+  }
+  double stop() {
+    device_sync(device_);
+    torch::Tensor t =
+        torch::tensor({std::chrono::duration<double>(Clock::now() - start_).count()}, torch::kDouble);
+    collectives_.all_reduce_sum(t);  // mean over ranks (lockstep in DDP: close to each rank's own)
+    return t.item<double>() / collectives_.world_size();
+  }
+
+ private:
+  torch::Device device_;
+  Collectives& collectives_;
+  Clock::time_point start_;
+};
+
+// This rank's training rows for `batches` batches (the epoch-0 order, repeated if the split is short).
+std::vector<int64_t> bench_rows(const Config& config, const std::vector<int64_t>& train, int64_t batches,
+                                Collectives& collectives) {
+  SamplerOptions so;
+  so.rank = collectives.rank();
+  so.world_size = collectives.world_size();
+  so.seed = static_cast<uint64_t>(config.seed);
+  const std::vector<int64_t> order = DistributedSampler(static_cast<int64_t>(train.size()), so).indices();
+  if (order.empty()) throw std::runtime_error("bench: the training split is empty");
+  std::vector<int64_t> rows;
+  const size_t need = static_cast<size_t>(batches * config.train.batch_size);
+  for (size_t i = 0; rows.size() < need; ++i) rows.push_back(train[order[i % order.size()]]);
+  return rows;
+}
+
+struct Setup {
+  DatasetIndex index;
+  std::vector<int64_t> train_rows;
+  LoaderOptions loader;
+  DeviceBatchOptions batches;
+};
+
+double time_loader(const Setup& s, const Config& config, const BenchOptions& o, Stopwatch& watch) {
+  BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config)), 0, s.loader);
+  for (int i = 0; i < o.warmup; ++i) loader.next();
+  watch.start();
+  int64_t images = 0;
+  for (int i = 0; i < o.steps; ++i) images += loader.next()->images.size(0);
+  return images / watch.stop();
+}
+
+double time_compute(const Setup& s, const Config& config, const BenchOptions& o, TrainStep& step,
+                    Stopwatch& watch) {
+  DeviceBatch batch;
+  {  // one batch, then the loader's threads stop: on a CPU they would take cores from the compute
+    BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config)), 0, s.loader);
+    DeviceBatches batches(loader, s.batches);
+    batch = *batches.next();
+  }
+  auto run = [&] {
+    step.forward_backward(batch.images, batch.labels, true);
+    step.optimizer_step(config.optim.lr);
+  };
+  for (int i = 0; i < o.warmup; ++i) run();
+  watch.start();
+  for (int i = 0; i < o.steps; ++i) run();
+  return static_cast<double>(batch.size()) * o.steps / watch.stop();
+}
+
+struct E2e {
+  double images_per_sec = 0.0;
+  double sync_wait_share = 0.0;  // of the timed steps' wall time
+};
+
+E2e time_e2e(const Setup& s, const Config& config, const BenchOptions& o, TrainStep& step,
+             const DistributedDataParallel& ddp, Stopwatch& watch) {
+  BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config)), 1, s.loader);
+  DeviceBatches batches(loader, s.batches);
+  auto run = [&] {
+    const DeviceBatch batch = *batches.next();
+    step.forward_backward(batch.images, batch.labels, true);
+    step.optimizer_step(config.optim.lr);
+    return batch.size();
+  };
+  for (int i = 0; i < o.warmup; ++i) run();
+  watch.start();
+  const double wait_before = ddp.sync_wait_seconds();
+  int64_t images = 0;
+  for (int i = 0; i < o.steps; ++i) images += run();
+  const double wait = ddp.sync_wait_seconds() - wait_before;
+  const double seconds = watch.stop();
+  return E2e{images / seconds, wait / seconds};
+}
+
+}  // namespace
+
+BenchResult run_bench(const Config& config, Collectives& collectives, const BenchOptions& o) {
+  const torch::Device device = o.device;
+  configure_device(device);
+  Setup s;
+  s.index = load_train_index(config.data, index_options(config.data));
+  s.train_rows =
+      bench_rows(config, validation_split(config, s.index).train, o.warmup + o.steps + 1, collectives);
+  s.loader = train_loader_options(config, device, /*drop_last=*/true);
+  const bool channels_last = resolve_channels_last(config.train.channels_last, device);
+  s.batches = DeviceBatchOptions{device, config.model.in_channels, channels_last, config.model.input_mean,
+                                 config.model.input_std};
+
+  torch::manual_seed(config.seed);
+  auto model = make_model(config, static_cast<int64_t>(s.index.num_labels()), device, channels_last);
+  model->train();
+  auto optimizer = make_optimizer(config.optim, *model);
+  DistributedDataParallel ddp(*model, collectives, ddp_options(config));
+  TrainStep step(*model, *optimizer, ddp, device, step_options(config, device));
+  Stopwatch watch(device, collectives);
+
+  BenchResult r;
+  const int world = collectives.world_size();
+  r.loader_images_per_sec = world * time_loader(s, config, o, watch);
+  r.compute_images_per_sec = world * time_compute(s, config, o, step, watch);
+  const E2e e2e = time_e2e(s, config, o, step, ddp, watch);
+  r.e2e_images_per_sec = world * e2e.images_per_sec;
+  if (world > 1) r.sync_wait_share = e2e.sync_wait_share;
+  r.device = device.str();
+  r.model = config.model.name;
+  r.precision = precision_name(step.options().precision);
+  r.channels_last = channels_last;
+  r.image_size = config.data.image_size;
+  r.batch_size = config.train.batch_size;
+  r.threads = torch::get_num_threads();
+  r.loader_workers = config.data.num_workers;
+  r.world_size = world;
+  r.steps = o.steps;
+  r.warmup = o.warmup;
+  return r;
+}
+
+std::string bench_json(const BenchResult& r) {
+  nlohmann::json j;
+  j["implementation"] = "ranzcr";
+  j["loader_images_per_sec"] = r.loader_images_per_sec;
+  j["compute_images_per_sec"] = r.compute_images_per_sec;
+  j["e2e_images_per_sec"] = r.e2e_images_per_sec;
+  if (r.world_size > 1) j["sync_wait_share"] = r.sync_wait_share;
+  j["device"] = r.device;
+  j["model"] = r.model;
+  j["image_size"] = r.image_size;
+  j["batch_size"] = r.batch_size;
+  j["precision"] = r.precision;
+  j["channels_last"] = r.channels_last;
+  j["threads"] = r.threads;
+  j["loader_workers"] = r.loader_workers;
+  j["world_size"] = r.world_size;
+  j["steps"] = r.steps;
+  j["warmup"] = r.warmup;
+  j["torch_version"] = TORCH_VERSION;
+  return j.dump(2) + "\n";
+}
+
+std::string bench_table(const BenchResult& r) {
+  std::ostringstream ss;
+  ss << "bench: " << r.model << " " << r.image_size << " px, batch " << r.batch_size << " x " << r.world_size
+     << " rank(s), " << r.precision << (r.channels_last ? ", channels_last" : "") << ", device " << r.device
+     << ", " << r.threads << " threads, " << r.loader_workers << " loader workers, " << r.steps
+     << " steps after " << r.warmup << " warm-up\n";
+  ss << std::fixed << std::setprecision(1);
+  ss << "  loader   " << std::setw(10) << r.loader_images_per_sec
+     << " images/s  (read, decode, augment, collate)\n";
+  ss << "  compute  " << std::setw(10) << r.compute_images_per_sec
+     << " images/s  (forward, backward, step; batch on device)\n";
+  ss << "  e2e      " << std::setw(10) << r.e2e_images_per_sec
+     << " images/s  (training step fed by the loader)\n";
+  if (r.world_size > 1)
+    ss << "  gradient sync wait: " << std::setprecision(1) << 100.0 * r.sync_wait_share << "% of e2e time\n";
+  return ss.str();
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,41 @@
+// `ranzcr bench`: the training throughput of a config, in three figures that locate the bottleneck:
+// the loader alone, the device alone (one fixed batch), and the real training step fed by the loader.
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+
+#include "distributed/collectives.h"
+#include "engine/config/config.h"
+#include "engine/report/run_log.h"
+
+namespace ranzcr {
+
+struct BenchOptions {
+  int steps = 30;  // timed batches / steps per figure
+  int warmup = 5;  // untimed batches / steps before each figure (thread start-up, cuDNN autotuning)
+  torch::Device device = torch::kCPU;
+};
+
+struct BenchResult {
+  // Images per second of the whole job (every rank).
+  double loader_images_per_sec = 0.0;  // read, decode, augment, collate (the loader's threads alone)
+  double compute_images_per_sec =
+      0.0;                          // forward + backward + optimizer step on a batch already on the device
+  double e2e_images_per_sec = 0.0;  // the training step fed by the loader
+  double sync_wait_share = -1.0;    // world size > 1: share of e2e time in the gradient-sync wait
+  std::string device, model, precision;
+  bool channels_last = false;
+  int image_size = 0, batch_size = 0, threads = 0, loader_workers = 0, world_size = 1, steps = 0, warmup = 0;
+};
+
+/// Measures the three figures for `config` on `options.device`; every rank of `collectives` runs it.
+BenchResult run_bench(const Config& config, Collectives& collectives, const BenchOptions& options);
+
+/// The result as JSON text (the `bench --out` file).
+std::string bench_json(const BenchResult& result);
+/// The result as a readable table.
+std::string bench_table(const BenchResult& result);
+
+}  // namespace ranzcr

@@ -1,0 +1,101 @@
+#include "engine/runtime/precision.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <stdexcept>
+
+#include "distributed/world.h"
+#include "engine/config/config.h"
+#include "engine/runtime/cuda_support.h"
+
+namespace ranzcr {
+
+torch::Device resolve_device(const std::string& setting, int local_rank, int local_world_size,
+                             int visible_gpus, bool own_gpus) {
+  const DeviceSetting d = parse_device_setting(setting);
+  if (d.type == "cpu" || (d.type == "auto" && visible_gpus == 0)) return torch::kCPU;
+  const std::string key = "train.device " + setting + ": ";
+  if (visible_gpus == 0)
+    throw std::runtime_error(key + "no CUDA GPU is visible to this process" +
+                             (cuda::compiled_with_cuda() ? "" : " (this binary's LibTorch has no CUDA)") +
+                             "; use train.device cpu or auto");
+  if (d.index < 0)
+    return torch::Device(torch::kCUDA,
+                         static_cast<c10::DeviceIndex>(gpu_for_local_rank(local_rank, visible_gpus)));
+  if (d.index >= visible_gpus)
+    throw std::runtime_error(key + "this process sees " + std::to_string(visible_gpus) +
+                             " GPU(s), cuda:0 to cuda:" + std::to_string(visible_gpus - 1));
+  if (local_world_size > 1 && !own_gpus)
+    throw std::runtime_error(
+        key + "the " + std::to_string(local_world_size) +
+        " ranks on this node would all use that one GPU; use train.device cuda (each rank "
+        "its own GPU) or one process per node");
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index));
+}
+
+Precision resolve_precision(const std::string& name, const torch::Device& device) {
+  const bool gpu_bf16 = device.is_cuda() && cuda::bf16_supported(device);
+  if (name == "auto") return gpu_bf16 ? Precision::kBf16 : Precision::kFp32;
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "fp16") return Precision::kFp16;
+  if (name == "bf16") {
+    if (device.is_cuda() && !gpu_bf16)
+      throw std::runtime_error("train.precision bf16: GPU " + device.str() +
+                               " has no bf16 support (compute capability < 8.0); use fp16 or auto");
+    return Precision::kBf16;
+  }
+  throw std::runtime_error("train.precision '" + name + "': expected auto, fp32, bf16 or fp16");
+}
+
+std::string precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+    default:
+      return "fp32";
+  }
+}
+
+bool resolve_on_for_cuda(const std::string& key, const std::string& setting, const torch::Device& device) {
+  if (setting == "auto") return device.is_cuda();
+  if (setting == "true") return true;
+  if (setting == "false") return false;
+  throw std::runtime_error(key + " '" + setting + "': expected auto, true or false");
+}
+
+bool resolve_channels_last(const std::string& setting, const torch::Device& device) {
+  return resolve_on_for_cuda("train.channels_last", setting, device);
+}
+
+void set_memory_format(torch::nn::Module& module, bool channels_last) {
+  const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  torch::NoGradGuard no_grad;
+  auto convert = [&](torch::Tensor t) {
+    if (t.dim() == 4 && !t.is_contiguous(format)) t.set_data(t.contiguous(format));
+  };
+  for (auto& p : module.parameters()) convert(p);
+  for (auto& b : module.buffers()) convert(b);
+}
+
+Autocast::Autocast(const torch::Device& device, Precision precision) {
+  if (precision == Precision::kFp32) return;
+  active_ = true;
+  device_type_ = device.type();
+  was_enabled_ = at::autocast::is_autocast_enabled(device_type_);
+  previous_dtype_ = at::autocast::get_autocast_dtype(device_type_);
+  at::autocast::set_autocast_enabled(device_type_, true);
+  at::autocast::set_autocast_dtype(device_type_,
+                                   precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat16);
+  at::autocast::increment_nesting();
+}
+
+Autocast::~Autocast() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();  // cached casts of weights
+  at::autocast::set_autocast_enabled(device_type_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
+}
+
+}  // namespace ranzcr

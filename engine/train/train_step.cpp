@@ -1,0 +1,98 @@
+#include "engine/train/train_step.h"
+
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_norm.h>
+
+#include "engine/train/fused_optimizer.h"
+
+namespace ranzcr {
+
+// One norm kernel and one multiply kernel for all gradients (multi-tensor on CUDA), as
+// torch.nn.utils.clip_grad_norm_ does with foreach.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters)
+    if (p.grad().defined()) grads.push_back(p.grad().detach());
+  if (grads.empty()) return torch::zeros({});
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2.0);
+  const torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
+  const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  at::_foreach_mul_(grads, coef);
+  return total;
+}
+
+TrainStep::TrainStep(Classifier& model, torch::optim::Optimizer& optimizer, DistributedDataParallel& ddp,
+                     const torch::Device& device, StepOptions options, AuxSegStep aux)
+    : model_(model), optimizer_(optimizer), ddp_(ddp), device_(device), options_(options), aux_(aux) {
+  parameters_ = model_.parameters();
+  if (aux_.head)
+    for (const auto& p : aux_.head->parameters()) parameters_.push_back(p);
+  if (options_.precision == Precision::kFp16)
+    scaler_ = std::make_unique<LossScaler>(device_, options_.loss_scaler);
+  skippable_ = dynamic_cast<SkippableStep*>(&optimizer_);
+}
+
+bool TrainStep::ends_window(int64_t i, int64_t n) const {
+  return (i + 1) % options_.accum_steps == 0 || i + 1 == n;
+}
+
+torch::Tensor TrainStep::forward_backward(const torch::Tensor& images, const torch::Tensor& labels, bool sync,
+                                          const AuxTarget* aux) {
+  ddp_.set_require_sync(sync);
+  // Every rank takes part in the buffer broadcast, also one whose batch came out empty (all images
+  // unreadable and skipped): otherwise the ranks' collectives no longer pair up. Its gradients count as
+  // zeros in the all-reduce (finish_gradient_sync).
+  ddp_.before_forward();
+  torch::Tensor global_count;  // annotated images of this micro-batch on every rank (same reason)
+  if (aux_.head) {
+    TORCH_INTERNAL_ASSERT(aux && aux->has_annotation.defined(), "an auxiliary head needs its masks");
+    aux_images_ = aux->has_annotation.sum().to(torch::kFloat64);
+    global_count = aux_images_.clone();
+    if (aux_.collectives && aux_.collectives->world_size() > 1)
+      aux_.collectives->all_reduce_sum(global_count);
+    aux_sum_ = torch::Tensor();
+  }
+  if (images.size(0) == 0) return {};
+  torch::Tensor logits, seg_logits;
+  {
+    Autocast autocast(device_, options_.precision);
+    if (aux_.head) {
+      ClassifierOutput out = model_.forward_with_features(images);
+      logits = out.logits;
+      seg_logits = aux_.head->forward(out.features);
+    } else {
+      logits = model_.forward(images);
+    }
+  }
+  // The losses in fp32 whatever the forward's precision.
+  const torch::Tensor loss = torch::binary_cross_entropy_with_logits(logits.to(torch::kFloat32), labels);
+  torch::Tensor total = loss;
+  if (aux_.head) {
+    const torch::Tensor targets = mask_targets(aux->masks, seg_logits.size(2), seg_logits.size(3));
+    const torch::Tensor sum = aux_seg_loss_sum(seg_logits, targets, aux->has_annotation);
+    const int world = aux_.collectives ? aux_.collectives->world_size() : 1;
+    total = loss + aux_seg_rank_loss(sum, global_count, aux_.weight, world);
+    aux_sum_ = sum.detach();
+  }
+  torch::Tensor scaled = total / options_.accum_steps;
+  if (scaler_) scaled = scaler_->scale(scaled);
+  if (sync) ddp_.prepare_backward(scaled);
+  scaled.backward();
+  return loss.detach();
+}
+
+void TrainStep::optimizer_step(double lr) {
+  ddp_.finish_gradient_sync();
+  if (scaler_) scaler_->unscale(parameters_);
+  if (options_.grad_clip > 0) clip_grad_norm(parameters_, options_.grad_clip);
+  for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr);
+  if (skippable_)  // fused: skipped on the device with fp16's inf/NaN flag, no host sync
+    skippable_->step_unless(scaler_ ? scaler_->found_inf_flag() : torch::Tensor());
+  else if (!scaler_ || !scaler_->found_inf())
+    optimizer_.step();
+  if (scaler_) scaler_->update();
+  optimizer_.zero_grad();
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,81 @@
+#include "engine/io/checkpoint.h"
+
+#include <torch/torch.h>
+
+#include "models/registry.h"
+#include "tests/test_util.h"
+
+namespace ranzcr {
+namespace {
+
+void train_step(Classifier& m, torch::optim::Optimizer& opt, const torch::Tensor& x) {
+  opt.zero_grad();
+  torch::binary_cross_entropy_with_logits(m.forward(x), torch::ones({x.size(0), 11})).backward();
+  opt.step();
+}
+
+TEST(Checkpoint, RoundTripRestoresOutputsAndOptimizerState) {
+  test::TempDir dir;
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::rand({4, 1, 32, 32});
+  auto a = create_model("tiny_cnn", ModelSpec{});
+  torch::optim::AdamW opt_a(a->parameters(), torch::optim::AdamWOptions(1e-2));
+  train_step(*a, opt_a, x);
+  CheckpointMeta meta;
+  meta.epoch = 3;
+  meta.step = 17;
+  meta.best_metric = 0.91;
+  meta.config_yaml = "seed: 1\n";
+  meta.model_name = "tiny_cnn";
+  meta.label_names = {"A - x", "B, y"};
+  meta.epochs_since_best = 2;
+  meta.rng_states = torch::randint(0, 255, {2, 16}, torch::kUInt8);
+  save_checkpoint(dir / "c.pt", meta, *a, &opt_a);
+  for (const auto& e : std::filesystem::directory_iterator(dir.str()))
+    EXPECT_EQ(e.path().filename(), "c.pt");  // no temporary file left behind
+
+  torch::manual_seed(2);
+  auto b = create_model("tiny_cnn", ModelSpec{});
+  torch::optim::AdamW opt_b(b->parameters(), torch::optim::AdamWOptions(1e-2));
+  const CheckpointMeta got = load_checkpoint(dir / "c.pt", *b, &opt_b);
+  EXPECT_EQ(got.epoch, 3);
+  EXPECT_EQ(got.step, 17);
+  EXPECT_DOUBLE_EQ(got.best_metric, 0.91);
+  EXPECT_EQ(got.config_yaml, "seed: 1\n");
+  EXPECT_EQ(got.label_names, meta.label_names);
+  EXPECT_EQ(got.epochs_since_best, 2);
+  ASSERT_TRUE(got.rng_states.defined());
+  EXPECT_TRUE(torch::equal(got.rng_states, meta.rng_states));
+  a->eval();
+  b->eval();
+  EXPECT_TRUE(torch::equal(a->forward(x), b->forward(x)));
+  // Same optimizer state: one more identical step keeps the parameters identical.
+  a->train();
+  b->train();
+  train_step(*a, opt_a, x);
+  train_step(*b, opt_b, x);
+  const auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << "parameter " << i;
+}
+
+TEST(Checkpoint, NotACheckpointIsAClearError) {
+  test::TempDir dir;
+  test::write_file(dir / "x.pt", "hello");
+  auto m = create_model("tiny_cnn", ModelSpec{});
+  for (const std::string& path : {dir / "x.pt", dir / "missing.pt"}) {
+    try {
+      load_checkpoint(path, *m, nullptr);
+      FAIL() << path;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  // A LibTorch archive that is not ours.
+  torch::serialize::OutputArchive other;
+  other.write("w", torch::ones({2}));
+  other.save_to(dir / "other.pt");
+  EXPECT_THROW(read_checkpoint_meta(dir / "other.pt"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace ranzcr

@@ -1,0 +1,251 @@
+// read_weight_file on files written by the real torch.save (tests/engine/io/fixtures/make_torch_saved.py,
+// torch 2.13) and timm_names_from_torchvision on the state-dict keys of torchvision 0.28's own model code
+// (tests/models/torchvision_keys/, written by scripts/timm/torchvision_keys.py).
+#include "engine/io/weight_file.h"
+
+#include <gtest/gtest.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "models/registry.h"
+#include "tests/models/key_files.h"
+
+namespace ranzcr {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture(const std::string& name) {
+  return std::string(RANZCR_SOURCE_DIR) + "/tests/engine/io/fixtures/" + name;
+}
+
+std::string error_of(const std::string& path) {
+  try {
+    read_weight_file(path);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// make_torch_saved.py's TinyNet state dict: the i-th floating tensor holds offset + i + 0.25 * [0, 1, ...].
+void expect_tiny_net(const NamedTensors& t, double offset) {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> expected = {
+      {"features.0.weight", {4, 1, 3, 3}},
+      {"features.1.weight", {4}},
+      {"features.1.bias", {4}},
+      {"features.1.running_mean", {4}},
+      {"features.1.running_var", {4}},
+      {"features.1.num_batches_tracked", {}},
+      {"fc.weight", {3, 4}},
+      {"fc.bias", {3}}};
+  ASSERT_EQ(t.size(), expected.size());
+  for (size_t i = 0; i < t.size(); ++i) {
+    EXPECT_EQ(t[i].first, expected[i].first);
+    EXPECT_EQ(t[i].second.sizes().vec(), expected[i].second) << t[i].first;
+    if (t[i].first == "features.1.num_batches_tracked") {
+      EXPECT_EQ(t[i].second.scalar_type(), torch::kLong);
+      EXPECT_EQ(t[i].second.item<int64_t>(), 7);
+      continue;
+    }
+    ASSERT_EQ(t[i].second.scalar_type(), torch::kFloat) << t[i].first;
+    const auto want =
+        (torch::arange(t[i].second.numel(), torch::kFloat32) * 0.25 + offset + i).reshape(expected[i].second);
+    EXPECT_TRUE(torch::equal(t[i].second, want)) << t[i].first;
+  }
+}
+
+TEST(WeightFile, ReadsAnOrderedDictStateDictAndDropsTheModulePrefix) {
+  expect_tiny_net(read_weight_file(fixture("state_dict_module.pth")), 0.0);
+}
+
+TEST(WeightFile, UnwrapsACheckpointPreferringStateDictOverEmaAndDropsOrigMod) {
+  expect_tiny_net(read_weight_file(fixture("checkpoint_nested.pth")), 0.0);
+}
+
+TEST(WeightFile, ReadsEmaWeightsWhenACheckpointHoldsNothingElse) {
+  expect_tiny_net(read_weight_file(fixture("checkpoint_ema_only.pth")), 100.0);
+}
+
+// timm's train.py checkpoints carry "args": an argparse.Namespace; it is skipped, never executed.
+TEST(WeightFile, SkipsANamespaceNextToTheStateDict) {
+  expect_tiny_net(read_weight_file(fixture("checkpoint_with_args.pth")), 0.0);
+}
+
+TEST(WeightFile, KeepsHalfAndBFloat16AndIntegerDtypes) {
+  const NamedTensors t = read_weight_file(fixture("half_precision.pth"));
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[0].first, "h");
+  EXPECT_EQ(t[0].second.scalar_type(), torch::kHalf);
+  EXPECT_TRUE(torch::equal(
+      t[0].second,
+      torch::tensor({0.5, -2.0, 65504.0, 0.00099945068359375}, torch::kFloat64).to(torch::kHalf)));
+  EXPECT_EQ(t[1].first, "b");
+  EXPECT_EQ(t[1].second.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(t[1].second,
+                           torch::tensor({1.0, -0.5, 3.140625, 256.0}).reshape({2, 2}).to(torch::kBFloat16)));
+  EXPECT_EQ(t[2].first, "f");
+  EXPECT_TRUE(torch::equal(t[2].second, torch::arange(6, torch::kFloat32).reshape({2, 3}) * 0.5 - 1.0));
+  EXPECT_EQ(t[3].first, "i");
+  EXPECT_EQ(t[3].second.dim(), 0);
+  EXPECT_EQ(t[3].second.item<int64_t>(), 12345678901LL);
+}
+
+// LibTorch's own torch::pickle_save writes the same archive format (a plain dict, non-contiguous views of
+// one storage); the values come back exactly.
+TEST(WeightFile, ReadsLibTorchPickleSaveArchives) {
+  torch::manual_seed(0);
+  const torch::Tensor base = torch::randn({4, 6});
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("module.a", base);
+  dict.insert("module.b_t", base.t());
+  dict.insert("module.c_slice", base.slice(1, 2, 5));
+  dict.insert("module.d_bool", torch::tensor({true, false, true}));
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  const std::string path = (fs::temp_directory_path() / "ranzcr_weight_file_pickle_save.pt").string();
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const NamedTensors t = read_weight_file(path);
+  fs::remove(path);
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[0].first, "a");
+  EXPECT_TRUE(torch::equal(t[0].second, base));
+  EXPECT_EQ(t[1].first, "b_t");
+  EXPECT_TRUE(torch::equal(t[1].second, base.t()));
+  EXPECT_EQ(t[2].first, "c_slice");
+  EXPECT_TRUE(torch::equal(t[2].second, base.slice(1, 2, 5)));
+  EXPECT_TRUE(torch::equal(t[3].second, torch::tensor({true, false, true})));
+}
+
+TEST(WeightFile, ReadsSafetensorsToo) {
+  const NamedTensors t = read_weight_file(fixture("python_written.safetensors"));
+  ASSERT_EQ(t.size(), 5u);
+  EXPECT_EQ(t[0].first, "d.i64");  // file order: by data offset
+}
+
+void expect_one_line_with(const std::string& e, const std::vector<std::string>& parts) {
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  for (const auto& p : parts) EXPECT_NE(e.find(p), std::string::npos) << "no '" << p << "' in: " << e;
+}
+
+TEST(WeightFile, LegacyFormatIsRefusedWithHowToResave) {
+  const std::string path = fixture("legacy_format.pth");
+  expect_one_line_with(error_of(path), {path, "legacy torch.save format",
+                                        "_use_new_zipfile_serialization=False", "torch.save(torch.load("});
+}
+
+TEST(WeightFile, AWholePickledModelIsRefusedNamingItsClass) {
+  const std::string path = fixture("whole_model.pth");
+  expect_one_line_with(error_of(path), {path, "a pickled __main__.TinyNet object, not a state dict",
+                                        "weights_only=False).state_dict(), 'weights.pth')"});
+}
+
+TEST(WeightFile, MissingCorruptForeignAndTensorlessFilesAreOneLineErrors) {
+  expect_one_line_with(error_of("/nonexistent/w.pth"), {"cannot open /nonexistent/w.pth"});
+
+  const std::string zip = (fs::temp_directory_path() / "ranzcr_weight_file_bad.pth").string();
+  std::ofstream(zip, std::ios::binary) << "PK\x03\x04 not really a zip";
+  expect_one_line_with(error_of(zip), {zip, "cannot read the torch.save archive"});
+
+  const std::string text = (fs::temp_directory_path() / "ranzcr_weight_file_text.bin").string();
+  std::ofstream(text, std::ios::binary) << "hello, not weights";
+  expect_one_line_with(error_of(text), {text, "neither a .safetensors file nor a torch.save archive"});
+
+  c10::Dict<std::string, int64_t> no_tensors;
+  no_tensors.insert("epoch", 3);
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(no_tensors));
+  std::ofstream(zip, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  expect_one_line_with(error_of(zip),
+                       {zip, "no state dict found", "epoch: an int", "safetensors.torch.save_file"});
+  fs::remove(zip);
+  fs::remove(text);
+}
+
+// --- torchvision names ---
+
+std::vector<std::pair<std::string, test::KeyEntry>> read_keys(const std::string& model) {
+  return test::read_key_file("torchvision_keys/" + model + ".txt");
+}
+
+class TorchvisionNames : public ::testing::TestWithParam<std::string> {};
+
+// Each torchvision state-dict key, translated, is one of our model's keys (3 input channels, 11 classes)
+// with the same shape and dtype, and every one of ours is hit exactly once.
+TEST_P(TorchvisionNames, TranslateToOurKeysAndShapes) {
+  const auto keys = read_keys(GetParam());
+  ASSERT_FALSE(keys.empty());
+  NamedTensors tv;
+  for (const auto& [k, e] : keys)
+    tv.emplace_back(k, torch::empty(e.shape, e.dtype == "int64" ? torch::kLong : torch::kFloat32));
+  const NamedTensors ours_named = timm_names_from_torchvision(tv);
+  ASSERT_EQ(ours_named.size(), tv.size());
+
+  ModelSpec spec;
+  spec.in_channels = 3;
+  spec.num_classes = 11;
+  auto model = create_model(GetParam(), spec);
+  std::map<std::string, torch::Tensor> ours;
+  for (const auto& kv : model->named_parameters()) ours[kv.key()] = kv.value();
+  for (const auto& kv : model->named_buffers()) ours[kv.key()] = kv.value();
+
+  std::string diff;
+  std::map<std::string, int> hits;
+  for (size_t i = 0; i < tv.size(); ++i) {
+    const std::string& k = ours_named[i].first;
+    auto it = ours.find(k);
+    if (it == ours.end()) {
+      diff += "  " + tv[i].first + " -> " + k + ": not ours\n";
+      continue;
+    }
+    if (++hits[k] > 1) diff += "  " + k + " hit twice\n";
+    if (it->second.sizes() != ours_named[i].second.sizes() ||
+        it->second.scalar_type() != ours_named[i].second.scalar_type())
+      diff += "  " + tv[i].first + " -> " + k + ": other shape or dtype\n";
+  }
+  for (const auto& kv : ours)
+    if (!hits.count(kv.first)) diff += "  ours only: " + kv.first + "\n";
+  EXPECT_TRUE(diff.empty()) << GetParam() << ":\n" << diff;
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, TorchvisionNames,
+                         ::testing::Values("efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
+                                           "efficientnet_b3", "efficientnet_b4", "efficientnet_b5",
+                                           "efficientnet_b6", "efficientnet_b7", "resnet18", "resnet34",
+                                           "resnet50", "resnet101", "resnet152"));
+
+TEST(TorchvisionNames, SpotChecksAndOtherNamingsUnchanged) {
+  NamedTensors tv;
+  for (const auto& [k, e] : read_keys("efficientnet_b0")) tv.emplace_back(k, torch::zeros({1}));
+  std::map<std::string, std::string> renamed;
+  const NamedTensors t = timm_names_from_torchvision(tv);
+  for (size_t i = 0; i < tv.size(); ++i) renamed[tv[i].first] = t[i].first;
+  EXPECT_EQ(renamed["features.0.0.weight"], "conv_stem.weight");
+  EXPECT_EQ(renamed["features.0.1.running_var"], "bn1.running_var");
+  EXPECT_EQ(renamed["features.1.0.block.0.0.weight"], "blocks.0.0.conv_dw.weight");
+  EXPECT_EQ(renamed["features.1.0.block.1.fc1.weight"], "blocks.0.0.se.conv_reduce.weight");
+  EXPECT_EQ(renamed["features.1.0.block.2.1.bias"], "blocks.0.0.bn2.bias");
+  EXPECT_EQ(renamed["features.2.0.block.0.0.weight"], "blocks.1.0.conv_pw.weight");
+  EXPECT_EQ(renamed["features.2.0.block.1.1.weight"], "blocks.1.0.bn2.weight");
+  EXPECT_EQ(renamed["features.2.0.block.2.fc2.bias"], "blocks.1.0.se.conv_expand.bias");
+  EXPECT_EQ(renamed["features.2.0.block.3.0.weight"], "blocks.1.0.conv_pwl.weight");
+  EXPECT_EQ(renamed["features.7.0.block.3.1.num_batches_tracked"], "blocks.6.0.bn3.num_batches_tracked");
+  EXPECT_EQ(renamed["features.8.0.weight"], "conv_head.weight");
+  EXPECT_EQ(renamed["features.8.1.weight"], "bn2.weight");
+  EXPECT_EQ(renamed["classifier.1.weight"], "classifier.weight");
+
+  // tiny_cnn's own features.N names and timm's names pass through.
+  const NamedTensors tiny = {{"features.0.weight", torch::zeros({1})}, {"fc.weight", torch::zeros({1})}};
+  const NamedTensors timm = {{"conv_stem.weight", torch::zeros({1})},
+                             {"blocks.0.0.conv_dw.weight", torch::zeros({1})}};
+  for (const auto& names : {tiny, timm}) {
+    const NamedTensors same = timm_names_from_torchvision(names);
+    for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(same[i].first, names[i].first);
+  }
+}
+
+}  // namespace
+}  // namespace ranzcr
