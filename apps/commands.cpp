@@ -26,18 +26,18 @@
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
 #include "distributed/world.h"
-#include "engine/jobs/bench.h"
-#include "engine/io/checkpoint.h"
 #include "engine/config/config.h"
-#include "engine/jobs/cross_validation.h"
-#include "engine/runtime/cuda_support.h"
-#include "engine/report/curves.h"
 #include "engine/infer/ensemble.h"
 #include "engine/infer/inference.h"
-#include "engine/report/metrics.h"
-#include "engine/runtime/precision.h"
-#include "engine/report/run_log.h"
+#include "engine/io/checkpoint.h"
 #include "engine/io/trained_model.h"
+#include "engine/jobs/bench.h"
+#include "engine/jobs/cross_validation.h"
+#include "engine/report/curves.h"
+#include "engine/report/metrics.h"
+#include "engine/report/run_log.h"
+#include "engine/runtime/cuda_support.h"
+#include "engine/runtime/precision.h"
 #include "engine/train/trainer.h"
 #include "models/registry.h"
 
@@ -383,7 +383,7 @@ EvalData evaluation_data(const EvalArgs& args, const Config& config) {
     d.source = args.csv;
   } else {
     d.index = load_train_index(config.data, io);
-    d.rows = validation_split(config, d.index).val;
+    d.rows = validation_split(config.data, d.index.groups, config.seed).val;
     d.source = "validation split of " + train_csv_path(config.data);
   }
   return d;

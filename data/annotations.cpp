@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -133,6 +134,10 @@ cv::Mat rasterize_mask(const std::vector<Polyline>& devices, cv::Size original, 
                   kShift);
   }
   return mask;
+}
+
+std::string annotations_csv_path(const DataConfig& data) {
+  return (std::filesystem::path(data.root) / data.annotations_csv).string();
 }
 
 }  // namespace ranzcr

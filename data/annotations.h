@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "data/data_config.h"
 #include "data/dataset_index.h"
 
 namespace ranzcr {
@@ -38,5 +39,8 @@ int mask_line_thickness(int size);
 /// (`original` pixels) resized to `size` x `size` (cv::resize's pixel-centre mapping), lines of
 /// mask_line_thickness(size), 8-connected, not anti-aliased.
 cv::Mat rasterize_mask(const std::vector<Polyline>& devices, cv::Size original, int size);
+
+/// The annotations file of `data`: data.root/data.annotations_csv.
+std::string annotations_csv_path(const DataConfig& data);
 
 }  // namespace ranzcr

@@ -149,4 +149,13 @@ cv::Mat ImageTransform::operator()(const cv::Mat& gray, int64_t epoch, int64_t s
   return to_float(transform_u8(gray, epoch, sample_index));
 }
 
+TransformOptions train_transform(const DataConfig& data, uint64_t seed) {
+  TransformOptions to;
+  to.image_size = data.image_size;
+  to.train = true;
+  to.augment = data.augment;
+  to.seed = seed;
+  return to;
+}
+
 }  // namespace ranzcr

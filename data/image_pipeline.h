@@ -70,4 +70,7 @@ class ImageTransform {
 /// CV_32FC1 clamp(u8 * scale + offset, 0, 1): the same float image on every path.
 cv::Mat to_float(const TransformedImage& image);
 
+/// The training augmentation of `data` (data.image_size, data.augment), seeded by `seed`.
+TransformOptions train_transform(const DataConfig& data, uint64_t seed);
+
 }  // namespace ranzcr

@@ -79,4 +79,8 @@ Split group_kfold(const std::vector<std::string>& groups, int folds, int fold, u
   return assign(gid, is_val);
 }
 
+Split validation_split(const DataConfig& d, const std::vector<std::string>& groups, uint64_t seed) {
+  return d.folds > 0 ? group_kfold(groups, d.folds, d.fold, seed) : group_split(groups, d.val_fraction, seed);
+}
+
 }  // namespace ranzcr

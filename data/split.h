@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "data/data_config.h"
+
 namespace ranzcr {
 
 struct Split {
@@ -19,5 +21,9 @@ Split group_split(const std::vector<std::string>& groups, double val_fraction, u
 /// GroupKFold: groups are shuffled with `seed`, then assigned largest first to the fold holding the fewest
 /// rows; fold `fold` is validation.
 Split group_kfold(const std::vector<std::string>& groups, int folds, int fold, uint64_t seed);
+
+/// The train/validation split `data` asks for: GroupKFold fold data.fold when data.folds > 0, else a
+/// data.val_fraction holdout; grouped by `groups` (one per row), shuffled with `seed`.
+Split validation_split(const DataConfig& data, const std::vector<std::string>& groups, uint64_t seed);
 
 }  // namespace ranzcr

@@ -88,4 +88,22 @@ InferenceResult run_inference(Classifier& model, const DatasetIndex& index, cons
   return all;
 }
 
+InferenceOptions inference_options(const Config& config, torch::Device device, bool tta) {
+  InferenceOptions io;
+  io.image_size = config.data.image_size;
+  io.clahe = config.data.augment.clahe;
+  io.batch_size = config.train.eval_batch_size;
+  io.num_workers = config.data.num_workers;
+  io.prefetch_batches = config.data.prefetch_batches;
+  io.skip_bad_images = config.data.skip_bad_images;
+  io.tta_hflip = tta || config.train.tta_hflip;
+  io.in_channels = config.model.in_channels;
+  io.input_mean = config.model.input_mean;
+  io.input_std = config.model.input_std;
+  io.device = device;
+  io.precision = resolve_precision(config.train.precision, device);
+  io.channels_last = resolve_channels_last(config.train.channels_last, device);
+  return io;
+}
+
 }  // namespace ranzcr

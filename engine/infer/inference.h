@@ -7,6 +7,7 @@
 
 #include "data/dataset_index.h"
 #include "distributed/collectives.h"
+#include "engine/config/config.h"
 #include "engine/runtime/precision.h"
 #include "models/registry.h"
 
@@ -39,5 +40,9 @@ struct InferenceResult {
 /// gathered on every rank and put back in the order of `rows`, so the metric sees exactly the full set.
 InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
                               const InferenceOptions& options, Collectives& collectives);
+
+/// Inference settings (size, CLAHE, batch, loader, channels, precision, layout) from the config, for
+/// validation, evaluate and predict alike; `tta` adds hflip averaging on top of train.tta_hflip.
+InferenceOptions inference_options(const Config& config, torch::Device device, bool tta = false);
 
 }  // namespace ranzcr

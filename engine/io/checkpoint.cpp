@@ -87,8 +87,7 @@ std::string epoch_checkpoint_path(const std::string& dir, const std::string& pre
 }
 
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                                 torch::optim::Optimizer* optimizer, torch::nn::Module* ema,
-                                 torch::nn::Module* aux_head) {
+                                 torch::optim::Optimizer* optimizer, const CheckpointParts& parts) {
   torch::serialize::OutputArchive archive;
   archive.write("ranzcr_format_version", c10::IValue(meta.format_version));
   archive.write("epoch", c10::IValue(meta.epoch));
@@ -114,8 +113,7 @@ std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& 
   };
   write_part("model", &model);
   write_part("optimizer", optimizer);
-  write_part("ema", ema);
-  write_part("aux_head", aux_head);
+  for (const auto& [name, module] : parts) write_part(name.c_str(), module);
   std::ostringstream bytes;
   archive.save_to(bytes);
   return bytes.str();
@@ -140,61 +138,52 @@ CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model
   return reader.meta();
 }
 
-void CheckpointReader::restore(torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
-  const std::string& path = path_;
-  auto& archive = archive_;
+// Throws one line naming the file: a state of another model (c10::Error from LibTorch), or a part
+// missing or unreadable.
+template <typename Load>
+void CheckpointReader::load_or_explain(Load&& load) {
   try {
-    torch::serialize::InputArchive model_archive;
-    archive.read("model", model_archive);
-    model.load(model_archive);
-    if (optimizer) {
-      torch::serialize::InputArchive optim_archive;
-      if (!archive.try_read("optimizer", optim_archive))
-        throw std::runtime_error("it holds no optimizer state");
-      optimizer->load(optim_archive);
-    }
+    load();
   } catch (const c10::Error& e) {
-    throw std::runtime_error(path + ": checkpoint does not match the model '" + meta_.model_name +
+    throw std::runtime_error(path_ + ": checkpoint does not match the model '" + meta_.model_name +
                              "': " + e.what_without_backtrace());
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error(path + ": cannot restore the checkpoint: " + e.what());
+    throw std::runtime_error(path_ + ": cannot restore the checkpoint: " + e.what());
   }
 }
 
-}  // namespace ranzcr
-
-namespace ranzcr {
-
-bool CheckpointReader::has_part(const char* key) {
-  torch::serialize::InputArchive part;
-  return archive_.try_read(key, part);
+void CheckpointReader::restore(torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
+  load_or_explain([&] {
+    torch::serialize::InputArchive part;
+    archive_.read("model", part);
+    model.load(part);
+  });
+  if (optimizer) restore_optimizer(*optimizer);
 }
 
-void CheckpointReader::restore_part(const char* key, const std::string& what, torch::nn::Module& module) {
+void CheckpointReader::restore_optimizer(torch::optim::Optimizer& optimizer) {
+  load_or_explain([&] {
+    torch::serialize::InputArchive part;
+    if (!archive_.try_read("optimizer", part)) throw std::runtime_error("it holds no optimizer state");
+    optimizer.load(part);
+  });
+}
+
+bool CheckpointReader::has_part(const std::string& name) {
   torch::serialize::InputArchive part;
-  if (!archive_.try_read(key, part)) throw std::runtime_error(path_ + ": the checkpoint holds no " + what);
+  return archive_.try_read(name, part);
+}
+
+void CheckpointReader::restore_part(const std::string& name, const std::string& what,
+                                    torch::nn::Module& module) {
+  torch::serialize::InputArchive part;
+  if (!archive_.try_read(name, part)) throw std::runtime_error(path_ + ": the checkpoint holds no " + what);
   try {
     module.load(part);
   } catch (const c10::Error& e) {
     throw std::runtime_error(path_ + ": the checkpoint's " + what + " do not match the model '" +
                              meta_.model_name + "': " + e.what_without_backtrace());
   }
-}
-
-bool CheckpointReader::has_ema() {
-  return has_part("ema");
-}
-
-void CheckpointReader::restore_ema(torch::nn::Module& module) {
-  restore_part("ema", "EMA weights", module);
-}
-
-bool CheckpointReader::has_aux_head() {
-  return has_part("aux_head");
-}
-
-void CheckpointReader::restore_aux_head(torch::nn::Module& module) {
-  restore_part("aux_head", "auxiliary segmentation head weights", module);
 }
 
 }  // namespace ranzcr

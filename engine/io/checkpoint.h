@@ -8,6 +8,7 @@
 #include <torch/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/io/atomic_file.h"
@@ -40,12 +41,13 @@ struct CheckpointMeta {
   std::string rng_device;
 };
 
-/// The checkpoint file's bytes: model, optimizer (may be null), the EMA weights (may be null), the
-/// training-only auxiliary head (may be null; stored apart from the model, which inference reads alone)
-/// and meta.
+/// Modules saved beside the model, each as a sub-archive of its name: the EMA weights ("ema", which
+/// inference prefers), the training-only auxiliary head ("aux_head"). Inference reads the model alone.
+using CheckpointParts = std::vector<std::pair<std::string, torch::nn::Module*>>;
+
+/// The checkpoint file's bytes: meta, model, optimizer (may be null) and `parts`.
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                                 torch::optim::Optimizer* optimizer, torch::nn::Module* ema = nullptr,
-                                 torch::nn::Module* aux_head = nullptr);
+                                 torch::optim::Optimizer* optimizer, const CheckpointParts& parts = {});
 
 /// Writes model, optimizer (may be null) and meta to `path` atomically.
 void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
@@ -60,18 +62,20 @@ class CheckpointReader {
   const CheckpointMeta& meta() const { return meta_; }
   /// Restores model (and optimizer when non-null) state; tensors land on the reader's device.
   void restore(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
-  /// Whether the checkpoint holds EMA weights (train.ema_decay > 0).
-  bool has_ema();
+  /// Restores the optimizer's state alone (after the model's, and those of modules trained beside it).
+  void restore_optimizer(torch::optim::Optimizer& optimizer);
+  /// Whether the checkpoint holds the part `name` (see CheckpointParts).
+  bool has_part(const std::string& name);
+  /// Restores part `name` into `module`; `what` names it in errors ("EMA weights").
+  void restore_part(const std::string& name, const std::string& what, torch::nn::Module& module);
+  /// Whether the checkpoint holds EMA weights (train.ema_decay > 0), which inference prefers.
+  bool has_ema() { return has_part("ema"); }
   /// Restores the EMA weights into `module` (a model of the checkpoint's architecture).
-  void restore_ema(torch::nn::Module& module);
-  /// Whether the checkpoint holds an auxiliary segmentation head (model.aux_seg_weight > 0).
-  bool has_aux_head();
-  /// Restores the auxiliary head's weights into `module`.
-  void restore_aux_head(torch::nn::Module& module);
+  void restore_ema(torch::nn::Module& module) { restore_part("ema", "EMA weights", module); }
 
  private:
-  bool has_part(const char* key);  // a sub-archive: "ema", "aux_head"
-  void restore_part(const char* key, const std::string& what, torch::nn::Module& module);
+  template <typename Load>
+  void load_or_explain(Load&& load);
 
   std::string path_;
   torch::serialize::InputArchive archive_;

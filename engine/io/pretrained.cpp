@@ -6,7 +6,11 @@
 #include <map>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/io/safetensors.h"
 #include "engine/io/weight_file.h"
+#include "engine/runtime/precision.h"
 
 namespace ranzcr {
 namespace {
@@ -125,6 +129,35 @@ PretrainedReport load_pretrained(torch::nn::Module& model, const std::string& pa
   for (auto& [dst, src] : copies) dst.copy_(src.to(dst.scalar_type()));
   report.loaded = static_cast<int64_t>(copies.size());
   return report;
+}
+
+std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
+                                       bool channels_last, std::string* pretrained_log) {
+  ModelSpec spec;
+  spec.in_channels = config.model.in_channels;
+  spec.num_classes = static_cast<int>(num_classes);
+  spec.dropout = config.model.dropout;
+  std::shared_ptr<Classifier> model = create_model(config.model.name, spec);
+  if (!config.model.pretrained.empty()) {
+    const PretrainedReport report = load_pretrained(*model, config.model.pretrained);
+    if (pretrained_log) *pretrained_log = report.summary(config.model.pretrained);
+  }
+  model->to(device);
+  set_memory_format(*model, channels_last);
+  return model;
+}
+
+std::string pretrained_normalisation_warning(const ModelConfig& model) {
+  const auto meta = read_safetensors_metadata(model.pretrained);
+  auto mean = meta.find("mean"), std = meta.find("std");
+  if (mean == meta.end() || std == meta.end()) return "";
+  const std::string ours_mean = nlohmann::json(model.input_mean).dump();
+  const std::string ours_std = nlohmann::json(model.input_std).dump();
+  if (nlohmann::json::parse(mean->second, nullptr, false) == nlohmann::json::parse(ours_mean) &&
+      nlohmann::json::parse(std->second, nullptr, false) == nlohmann::json::parse(ours_std))
+    return "";
+  return model.pretrained + " was trained with input mean " + mean->second + " std " + std->second +
+         "; this run normalises with model.input_mean " + ours_mean + " model.input_std " + ours_std;
 }
 
 }  // namespace ranzcr

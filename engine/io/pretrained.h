@@ -4,8 +4,12 @@
 
 #include <torch/nn/module.h>
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "engine/config/config.h"
+#include "models/registry.h"
 
 namespace ranzcr {
 
@@ -30,5 +34,14 @@ struct PretrainedReport {
 /// Anything else missing, unexpected or of another shape throws one std::runtime_error listing all of it,
 /// before the model is changed. A file read_weight_file cannot read throws its one-line error.
 PretrainedReport load_pretrained(torch::nn::Module& model, const std::string& path);
+
+/// The config's model with `num_classes` outputs on `device`, in NHWC when `channels_last`, with the
+/// weights of model.pretrained when set (see load_pretrained); `pretrained_log` gets what was loaded.
+std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
+                                       bool channels_last, std::string* pretrained_log = nullptr);
+
+/// "" or a warning: model.pretrained is an exported file whose run normalised its input otherwise than
+/// model.input_mean/input_std.
+std::string pretrained_normalisation_warning(const ModelConfig& model);
 
 }  // namespace ranzcr

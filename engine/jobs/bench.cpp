@@ -11,10 +11,12 @@
 #include "data/batch_loader.h"
 #include "data/dataset_index.h"
 #include "data/sampler.h"
+#include "data/split.h"
 #include "distributed/ddp.h"
+#include "engine/io/pretrained.h"
 #include "engine/runtime/device_batches.h"
+#include "engine/train/fused_optimizer.h"
 #include "engine/train/train_step.h"
-#include "engine/train/trainer.h"
 
 namespace ranzcr {
 namespace {
@@ -72,7 +74,8 @@ struct Setup {
 };
 
 double time_loader(const Setup& s, const Config& config, const BenchOptions& o, Stopwatch& watch) {
-  BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config)), 0, s.loader);
+  BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config.data, config.seed)), 0,
+                     s.loader);
   for (int i = 0; i < o.warmup; ++i) loader.next();
   watch.start();
   int64_t images = 0;
@@ -84,7 +87,8 @@ double time_compute(const Setup& s, const Config& config, const BenchOptions& o,
                     Stopwatch& watch) {
   DeviceBatch batch;
   {  // one batch, then the loader's threads stop: on a CPU they would take cores from the compute
-    BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config)), 0, s.loader);
+    BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config.data, config.seed)), 0,
+                       s.loader);
     DeviceBatches batches(loader, s.batches);
     batch = *batches.next();
   }
@@ -105,7 +109,8 @@ struct E2e {
 
 E2e time_e2e(const Setup& s, const Config& config, const BenchOptions& o, TrainStep& step,
              const DistributedDataParallel& ddp, Stopwatch& watch) {
-  BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config)), 1, s.loader);
+  BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config.data, config.seed)), 1,
+                     s.loader);
   DeviceBatches batches(loader, s.batches);
   auto run = [&] {
     const DeviceBatch batch = *batches.next();
@@ -130,8 +135,8 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   configure_device(device);
   Setup s;
   s.index = load_train_index(config.data, index_options(config.data));
-  s.train_rows =
-      bench_rows(config, validation_split(config, s.index).train, o.warmup + o.steps + 1, collectives);
+  s.train_rows = bench_rows(config, validation_split(config.data, s.index.groups, config.seed).train,
+                            o.warmup + o.steps + 1, collectives);
   s.loader = train_loader_options(config, device, /*drop_last=*/true);
   const bool channels_last = resolve_channels_last(config.train.channels_last, device);
   s.batches = DeviceBatchOptions{device, config.model.in_channels, channels_last, config.model.input_mean,

@@ -10,11 +10,12 @@
 
 #include "data/csv.h"
 #include "data/dataset_index.h"
+#include "data/split.h"
 #include "distributed/collectives.h"
-#include "engine/io/checkpoint.h"
 #include "engine/infer/inference.h"
-#include "engine/runtime/precision.h"
+#include "engine/io/checkpoint.h"
 #include "engine/io/trained_model.h"
+#include "engine/runtime/precision.h"
 #include "engine/train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -42,7 +43,8 @@ FoldReport predict_fold(const Config& config, int k, const DatasetIndex& index, 
   const InferenceOptions io = inference_options(ic, device);
   set_memory_format(*trained.model, io.channels_last);
   auto local = make_local_collectives();
-  const InferenceResult r = run_inference(*trained.model, index, validation_split(fc, index).val, io, *local);
+  const InferenceResult r =
+      run_inference(*trained.model, index, validation_split(fc.data, index.groups, fc.seed).val, io, *local);
   const torch::Tensor p = torch::sigmoid(r.logits.to(torch::kDouble));  // float32 would tie close logits
   probs.index_copy_(0, r.rows, p);
   const auto ra = r.rows.accessor<int64_t, 1>();

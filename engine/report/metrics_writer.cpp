@@ -43,11 +43,13 @@ class ConsoleWriter : public MetricsWriter {
                   epoch + " step " + steps + tail);
   }
   void epoch(const EpochRecord& r) override {
-    log_.info("epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs) + " train_loss " +
-              fmt(r.train_loss) + (r.has_aux ? " train_aux_loss " + fmt(r.train_aux_loss) : "") +
-              " val_loss " + fmt(r.val_loss) + " val_auc " + fmt(r.auc.mean) +
-              (r.has_ema ? " ema_val_auc " + fmt(r.ema_auc.mean) : "") + (r.improved ? " (best)" : "") + " " +
-              fmt(r.images_per_sec, 1) + " img/s " + fmt(r.epoch_seconds, 1) + " s");
+    std::string line = "epoch " + std::to_string(r.epoch) + "/" + std::to_string(r.epochs) + " train_loss " +
+                       fmt(r.train_loss);
+    for (const auto& s : r.train_scalars) line += " " + s.name + " " + fmt(s.value);
+    line += " val_loss " + fmt(r.val_loss) + " val_auc " + fmt(r.auc.mean);
+    for (const auto& v : r.validations) line += " " + v.name + "_val_auc " + fmt(v.auc.mean);
+    log_.info(line + (r.improved ? " (best)" : "") + " " + fmt(r.images_per_sec, 1) + " img/s " +
+              fmt(r.epoch_seconds, 1) + " s");
     for (const auto& name : r.auc.undefined)
       log_.warn("validation column '" + name + "' has a single class: AUC undefined, left out of the mean");
     if (r.skipped_images > 0)
@@ -74,14 +76,14 @@ class JsonlWriter : public MetricsWriter {
     j["epoch"] = r.epoch;
     j["step"] = r.step;
     j["train_loss"] = r.train_loss;
-    if (r.has_aux) j["train_aux_loss"] = r.train_aux_loss;
+    for (const auto& s : r.train_scalars) j[s.name] = s.value;
     j["val_loss"] = r.val_loss;
     j["val_auc_mean"] = std::isnan(r.auc.mean) ? nlohmann::json() : nlohmann::json(r.auc.mean);
     j["val_auc"] = per_class_json(r.auc, r.label_names);
-    if (r.has_ema) {
-      j["ema_val_loss"] = r.ema_val_loss;
-      j["ema_val_auc_mean"] = std::isnan(r.ema_auc.mean) ? nlohmann::json() : nlohmann::json(r.ema_auc.mean);
-      j["ema_val_auc"] = per_class_json(r.ema_auc, r.label_names);
+    for (const auto& v : r.validations) {
+      j[v.name + "_val_loss"] = v.loss;
+      j[v.name + "_val_auc_mean"] = std::isnan(v.auc.mean) ? nlohmann::json() : nlohmann::json(v.auc.mean);
+      j[v.name + "_val_auc"] = per_class_json(v.auc, r.label_names);
     }
     j["lr"] = r.lr;
     j["images_per_sec"] = r.images_per_sec;
@@ -97,6 +99,12 @@ class JsonlWriter : public MetricsWriter {
 };
 
 }  // namespace
+
+double EpochRecord::selection_metric() const {
+  for (const auto& v : validations)
+    if (v.selects_best) return v.auc.mean;
+  return auc.mean;
+}
 
 std::unique_ptr<MetricsWriter> make_console_writer(RunLog& log) {
   return std::make_unique<ConsoleWriter>(log);

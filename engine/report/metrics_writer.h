@@ -30,12 +30,27 @@ struct EpochRecord {
   std::vector<std::string> label_names;
   double images_per_sec = 0.0, epoch_seconds = 0.0;
   int64_t train_images = 0, val_images = 0, skipped_images = 0;
-  bool improved = false;  // a new best val_auc_mean (of the EMA weights when has_ema)
-  bool has_ema = false;   // train.ema_decay > 0: the EMA weights were validated too
-  double ema_val_loss = 0.0;
-  AucReport ema_auc;
-  bool has_aux = false;         // model.aux_seg_weight > 0
-  double train_aux_loss = 0.0;  // mean mask BCE per annotated training image (unweighted)
+  bool improved = false;  // a new best of the metric checkpoints are chosen on (see selects_best)
+  /// Further weights validated this epoch (the EMA's: "ema"), written as <name>_val_loss,
+  /// <name>_val_auc_mean and <name>_val_auc (metrics.jsonl) and val/<name>_loss, val/<name>_auc_mean
+  /// (TensorBoard).
+  struct Validation {
+    std::string name;
+    double loss = 0.0;
+    AucReport auc;
+    bool selects_best = false;  // best.pt, early stopping and top-k go by this one's mean AUC
+  };
+  std::vector<Validation> validations;
+  /// Further per-epoch training figures of the features in use (the auxiliary head's "train_aux_loss"):
+  /// written under their name to metrics.jsonl and the console, and to TensorBoard with the first '_'
+  /// as '/' (train/aux_loss).
+  struct Scalar {
+    std::string name;
+    double value = 0.0;
+  };
+  std::vector<Scalar> train_scalars;
+  /// The metric checkpoints are chosen on: the mean AUC of the validation that selects_best, else val_auc.
+  double selection_metric() const;
 };
 
 class MetricsWriter {

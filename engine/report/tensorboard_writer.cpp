@@ -175,12 +175,16 @@ void TensorBoardWriter::epoch(const EpochRecord& r) {
   for (size_t k = 0; k < r.auc.per_class.size() && k < r.label_names.size(); ++k)
     if (r.auc.per_class[k])
       scalars.push_back({"val/auc/" + r.label_names[k], static_cast<float>(*r.auc.per_class[k])});
-  if (r.has_ema) {  // train.ema_decay: the averaged weights' validation too
-    scalars.push_back({"val/ema_loss", static_cast<float>(r.ema_val_loss)});
-    if (!std::isnan(r.ema_auc.mean))
-      scalars.push_back({"val/ema_auc_mean", static_cast<float>(r.ema_auc.mean)});
+  for (const auto& v : r.validations) {  // further weights (train.ema_decay: the EMA's)
+    scalars.push_back({"val/" + v.name + "_loss", static_cast<float>(v.loss)});
+    if (!std::isnan(v.auc.mean))
+      scalars.push_back({"val/" + v.name + "_auc_mean", static_cast<float>(v.auc.mean)});
   }
-  if (r.has_aux) scalars.push_back({"train/aux_loss", static_cast<float>(r.train_aux_loss)});  // per epoch
+  for (const auto& s : r.train_scalars) {  // per epoch: train_aux_loss -> train/aux_loss
+    std::string tag = s.name;
+    if (const size_t i = tag.find('_'); i != std::string::npos) tag[i] = '/';
+    scalars.push_back({tag, static_cast<float>(s.value)});
+  }
   write_scalars(r.step, scalars);
 }
 

@@ -83,4 +83,15 @@ std::optional<DeviceBatch> DeviceBatches::next() {
   return current;
 }
 
+LoaderOptions train_loader_options(const Config& config, const torch::Device& device, bool drop_last) {
+  LoaderOptions lo;
+  lo.batch_size = config.train.batch_size;
+  lo.num_workers = config.data.num_workers;
+  lo.prefetch_batches = config.data.prefetch_batches;
+  lo.skip_bad_images = config.data.skip_bad_images;
+  lo.drop_last = drop_last;
+  set_loader_transfer(lo, device);
+  return lo;
+}
+
 }  // namespace ranzcr

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/batch_loader.h"
+#include "engine/config/config.h"
 
 namespace ranzcr {
 namespace cuda {
@@ -63,5 +64,8 @@ class DeviceBatches {
   std::unique_ptr<cuda::SideStream> side_;
   std::optional<DeviceBatch> ahead_;  // CUDA: the batch whose copy is in flight
 };
+
+/// The training loader's options (batch, threads, prefetch, bad images, transfer format for `device`).
+LoaderOptions train_loader_options(const Config& config, const torch::Device& device, bool drop_last);
 
 }  // namespace ranzcr

@@ -52,4 +52,7 @@ class Autocast {
   c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
 };
 
+/// Process-wide settings for fast kernels on `device` (cuDNN benchmark mode on CUDA).
+void configure_device(const torch::Device& device);
+
 }  // namespace ranzcr

@@ -34,4 +34,38 @@ torch::Tensor aux_seg_rank_loss(const torch::Tensor& local_sum, const torch::Ten
   return local_sum * (weight * world_size) / global_count.to(torch::kFloat32).clamp_min(1.0);
 }
 
+AuxSegLoss::AuxSegLoss(AuxSegHead head, double weight, Collectives* collectives)
+    : head_(std::move(head)), weight_(weight), collectives_(collectives) {}
+
+void AuxSegLoss::begin(const DeviceBatch& batch) {
+  TORCH_INTERNAL_ASSERT(batch.has_annotation.defined(), "an auxiliary head needs its masks");
+  masks_ = batch.masks, has_annotation_ = batch.has_annotation;
+  images_ = has_annotation_.sum().to(torch::kFloat64);
+  global_count_ = images_.clone();  // annotated images of this micro-batch on every rank
+  if (collectives_ && collectives_->world_size() > 1) collectives_->all_reduce_sum(global_count_);
+  sum_ = torch::Tensor();
+}
+
+void AuxSegLoss::forward(const torch::Tensor& features) {
+  seg_logits_ = head_->forward(features);
+}
+
+torch::Tensor AuxSegLoss::loss() {
+  const torch::Tensor targets = mask_targets(masks_, seg_logits_.size(2), seg_logits_.size(3));
+  const torch::Tensor sum = aux_seg_loss_sum(seg_logits_, targets, has_annotation_);
+  const int world = collectives_ ? collectives_->world_size() : 1;
+  const torch::Tensor term = aux_seg_rank_loss(sum, global_count_, weight_, world);
+  sum_ = sum.detach();
+  if (!sums_.defined()) sums_ = torch::zeros({2}, sum_.options().dtype(torch::kDouble));
+  sums_ += torch::stack({sum_.to(torch::kDouble), images_.to(torch::kDouble)});
+  seg_logits_ = torch::Tensor();
+  return term;
+}
+
+torch::Tensor AuxSegLoss::take_sums() {
+  torch::Tensor out = sums_.defined() ? sums_.cpu() : torch::zeros({2}, torch::kDouble);
+  sums_ = torch::Tensor();
+  return out;
+}
+
 }  // namespace ranzcr

@@ -8,6 +8,9 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/types.h>
 
+#include "distributed/collectives.h"
+#include "engine/train/train_step.h"
+
 namespace ranzcr {
 
 /// conv3x3 (no bias) - BN - ReLU - conv1x1: [N, C, h, w] features -> [N, 1, h, w] mask logits.
@@ -38,5 +41,26 @@ torch::Tensor aux_seg_loss_sum(const torch::Tensor& seg_logits, const torch::Ten
 /// the whole global batch (a global count of 0 gives 0).
 torch::Tensor aux_seg_rank_loss(const torch::Tensor& local_sum, const torch::Tensor& global_count,
                                 double weight, int world_size);
+
+/// The auxiliary loss of a training step (TrainStep's ExtraLoss): weight * aux_seg_rank_loss of the head's
+/// mask logits, the masks and annotated images of each micro-batch counted over `collectives`' ranks.
+class AuxSegLoss : public ExtraLoss {
+ public:
+  AuxSegLoss(AuxSegHead head, double weight, Collectives* collectives);
+  void begin(const DeviceBatch& batch) override;
+  void forward(const torch::Tensor& features) override;
+  torch::Tensor loss() override;
+  /// The batch's mask BCE sum over its annotated images (undefined for an empty batch).
+  torch::Tensor value() const override { return sum_; }
+  /// This rank's sums since the last call, [2] double on the CPU: mask BCE, annotated images (a host sync).
+  torch::Tensor take_sums();
+
+ private:
+  AuxSegHead head_;
+  double weight_;
+  Collectives* collectives_;  // null = one process
+  torch::Tensor masks_, has_annotation_, images_, global_count_, seg_logits_, sum_;
+  torch::Tensor sums_;  // [2] double on the device
+};
 
 }  // namespace ranzcr

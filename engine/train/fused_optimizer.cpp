@@ -10,6 +10,8 @@
 #include <optional>
 #include <utility>
 
+#include "engine/runtime/precision.h"
+
 namespace ranzcr {
 namespace {
 
@@ -213,6 +215,33 @@ bool FusedSgd::fused_step(const torch::Tensor& found_inf) {
         /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, flag(found_inf));
   }
   return true;
+}
+
+namespace {
+
+// optim.fused auto follows torch.optim's defaults: the fused/multi-tensor kernels for CUDA parameters, the
+// per-parameter step on a CPU (where nothing is launched, and the numbers stay LibTorch's).
+bool use_fused_kernels(const OptimConfig& o, const std::vector<torch::Tensor>& parameters) {
+  const torch::Device device = parameters.empty() ? torch::Device(torch::kCPU) : parameters.front().device();
+  return resolve_on_for_cuda("optim.fused", o.fused, device);
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
+                                                        std::vector<torch::Tensor> parameters) {
+  const bool fused = use_fused_kernels(o, parameters);
+  if (o.name == "sgd")
+    return std::make_unique<FusedSgd>(
+        parameters,
+        torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay),
+        fused);
+  return std::make_unique<FusedAdamW>(parameters,
+                                      torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay), fused);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model) {
+  return make_optimizer(o, model.parameters());
 }
 
 }  // namespace ranzcr

@@ -16,8 +16,12 @@
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
+#include <memory>
 #include <unordered_map>
 #include <vector>
+
+#include "engine/config/config.h"
+#include "models/registry.h"
 
 namespace ranzcr {
 
@@ -73,5 +77,12 @@ class FusedSgd : public torch::optim::SGD, public SkippableStep {
 /// `t` with exactly the sizes and strides of `like` (a copy when they differ): the fused kernels need the
 /// parameters, gradients and state in one layout (channels_last parameters after a resume, say).
 torch::Tensor in_layout_of(const torch::Tensor& t, const torch::Tensor& like);
+
+/// AdamW or SGD (Nesterov) over `parameters`, per optim.* (optim.fused: the fused kernels or LibTorch's
+/// per-parameter step).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
+                                                        std::vector<torch::Tensor> parameters);
+/// The same over `model`'s parameters.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o, Classifier& model);
 
 }  // namespace ranzcr

@@ -3,6 +3,8 @@
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_norm.h>
 
+#include <cmath>
+
 #include "engine/train/fused_optimizer.h"
 
 namespace ranzcr {
@@ -23,11 +25,10 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, doubl
 }
 
 TrainStep::TrainStep(Classifier& model, torch::optim::Optimizer& optimizer, DistributedDataParallel& ddp,
-                     const torch::Device& device, StepOptions options, AuxSegStep aux)
-    : model_(model), optimizer_(optimizer), ddp_(ddp), device_(device), options_(options), aux_(aux) {
-  parameters_ = model_.parameters();
-  if (aux_.head)
-    for (const auto& p : aux_.head->parameters()) parameters_.push_back(p);
+                     const torch::Device& device, StepOptions options, ExtraLoss* extra)
+    : model_(model), optimizer_(optimizer), ddp_(ddp), device_(device), options_(options), extra_(extra) {
+  for (const auto& group : optimizer_.param_groups())  // the model's, then any trained beside it
+    for (const auto& p : group.params()) parameters_.push_back(p);
   if (options_.precision == Precision::kFp16)
     scaler_ = std::make_unique<LossScaler>(device_, options_.loss_scaler);
   skippable_ = dynamic_cast<SkippableStep*>(&optimizer_);
@@ -37,44 +38,28 @@ bool TrainStep::ends_window(int64_t i, int64_t n) const {
   return (i + 1) % options_.accum_steps == 0 || i + 1 == n;
 }
 
-torch::Tensor TrainStep::forward_backward(const torch::Tensor& images, const torch::Tensor& labels, bool sync,
-                                          const AuxTarget* aux) {
+torch::Tensor TrainStep::forward_backward(const torch::Tensor& images, const torch::Tensor& labels,
+                                          bool sync) {
   ddp_.set_require_sync(sync);
   // Every rank takes part in the buffer broadcast, also one whose batch came out empty (all images
   // unreadable and skipped): otherwise the ranks' collectives no longer pair up. Its gradients count as
   // zeros in the all-reduce (finish_gradient_sync).
   ddp_.before_forward();
-  torch::Tensor global_count;  // annotated images of this micro-batch on every rank (same reason)
-  if (aux_.head) {
-    TORCH_INTERNAL_ASSERT(aux && aux->has_annotation.defined(), "an auxiliary head needs its masks");
-    aux_images_ = aux->has_annotation.sum().to(torch::kFloat64);
-    global_count = aux_images_.clone();
-    if (aux_.collectives && aux_.collectives->world_size() > 1)
-      aux_.collectives->all_reduce_sum(global_count);
-    aux_sum_ = torch::Tensor();
-  }
   if (images.size(0) == 0) return {};
-  torch::Tensor logits, seg_logits;
+  torch::Tensor logits;
   {
     Autocast autocast(device_, options_.precision);
-    if (aux_.head) {
+    if (extra_) {
       ClassifierOutput out = model_.forward_with_features(images);
       logits = out.logits;
-      seg_logits = aux_.head->forward(out.features);
+      extra_->forward(out.features);
     } else {
       logits = model_.forward(images);
     }
   }
   // The losses in fp32 whatever the forward's precision.
   const torch::Tensor loss = torch::binary_cross_entropy_with_logits(logits.to(torch::kFloat32), labels);
-  torch::Tensor total = loss;
-  if (aux_.head) {
-    const torch::Tensor targets = mask_targets(aux->masks, seg_logits.size(2), seg_logits.size(3));
-    const torch::Tensor sum = aux_seg_loss_sum(seg_logits, targets, aux->has_annotation);
-    const int world = aux_.collectives ? aux_.collectives->world_size() : 1;
-    total = loss + aux_seg_rank_loss(sum, global_count, aux_.weight, world);
-    aux_sum_ = sum.detach();
-  }
+  torch::Tensor total = extra_ ? loss + extra_->loss() : loss;
   torch::Tensor scaled = total / options_.accum_steps;
   if (scaler_) scaled = scaler_->scale(scaled);
   if (sync) ddp_.prepare_backward(scaled);
@@ -93,6 +78,29 @@ void TrainStep::optimizer_step(double lr) {
     optimizer_.step();
   if (scaler_) scaler_->update();
   optimizer_.zero_grad();
+}
+
+StepOptions step_options(const Config& config, const torch::Device& device) {
+  StepOptions so;
+  so.accum_steps = config.train.accum_steps;
+  so.grad_clip = config.optim.grad_clip;
+  so.precision = resolve_precision(config.train.precision, device);
+  return so;
+}
+
+DdpOptions ddp_options(const Config& config) {
+  DdpOptions o;
+  o.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * 1024 * 1024);
+  o.broadcast_buffers = config.distributed.bn_sync == "broadcast";
+  return o;
+}
+
+double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double lr, double min_ratio) {
+  if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  const double span = std::max<int64_t>(1, total_steps - warmup_steps);
+  const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
+  const double floor = lr * min_ratio;
+  return floor + 0.5 * (lr - floor) * (1.0 + std::cos(M_PI * progress));
 }
 
 }  // namespace ranzcr

@@ -1,8 +1,9 @@
 // The optimizer-step policy, in one place: precision (autocast), fp16 loss scaling, gradient
-// accumulation, DDP synchronisation, clipping, the learning rate and the optimizer step. The trainer and
-// `ranzcr bench` run exactly this code. Nothing here reads a device value on the host (no sync): with the
-// fused optimizers (engine/train/fused_optimizer.h) even fp16's skipped step is decided on the device, as
-// PyTorch's GradScaler does with fused=True; another optimizer reads the inf/NaN flag (a sync).
+// accumulation, DDP synchronisation, clipping, the learning rate (its schedule too) and the optimizer step.
+// The trainer and `ranzcr bench` run exactly this code. Nothing here reads a device value on the host (no
+// sync): with the fused optimizers (engine/train/fused_optimizer.h) even fp16's skipped step is decided on
+// the device, as PyTorch's GradScaler does with fused=True; another optimizer reads the inf/NaN flag (a
+// sync).
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -12,9 +13,10 @@
 
 #include "distributed/collectives.h"
 #include "distributed/ddp.h"
-#include "engine/train/aux_seg.h"
-#include "engine/train/loss_scaler.h"
+#include "engine/config/config.h"
+#include "engine/runtime/device_batches.h"
 #include "engine/runtime/precision.h"
+#include "engine/train/loss_scaler.h"
 #include "models/registry.h"
 
 namespace ranzcr {
@@ -28,18 +30,20 @@ struct StepOptions {
   LossScalerOptions loss_scaler;           // fp16 only
 };
 
-/// The auxiliary segmentation loss of a step (off when `head` is null). The head's parameters must be in
-/// the optimizer and in the module the DDP wrapper synchronises.
-struct AuxSegStep {
-  AuxSegHead head{nullptr};
-  double weight = 0.0;                 // model.aux_seg_weight
-  Collectives* collectives = nullptr;  // annotated images are counted over these ranks (null = one)
-};
-
-/// A micro-batch's device masks, for the auxiliary loss.
-struct AuxTarget {
-  torch::Tensor masks;           // [N, 1, S, S] uint8 0/1 on the device
-  torch::Tensor has_annotation;  // [N] float32 0/1 on the device
+/// A loss on the backbone's features that joins the classification loss in the same backward (the
+/// auxiliary segmentation head, engine/train/aux_head_feature.cpp). With one, the step runs the model's
+/// forward_with_features. Its module's parameters must be in the optimizer and in what DDP synchronises.
+class ExtraLoss {
+ public:
+  virtual ~ExtraLoss() = default;
+  /// Before each micro-batch's forward, on every rank, also for an empty batch (it may run collectives).
+  virtual void begin(const DeviceBatch& batch) = 0;
+  /// Under the forward's autocast, for a non-empty batch: the head's forward on the features.
+  virtual void forward(const torch::Tensor& features) = 0;
+  /// After it, in fp32: what to add to the classification loss before the backward.
+  virtual torch::Tensor loss() = 0;
+  /// The batch's figure for the divergence check (detached; undefined for an empty batch).
+  virtual torch::Tensor value() const = 0;
 };
 
 /// Clips the global L2 norm of the gradients to `max_norm` like torch::nn::utils::clip_grad_norm_,
@@ -50,7 +54,7 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, doubl
 class TrainStep {
  public:
   TrainStep(Classifier& model, torch::optim::Optimizer& optimizer, DistributedDataParallel& ddp,
-            const torch::Device& device, StepOptions options, AuxSegStep aux = {});
+            const torch::Device& device, StepOptions options, ExtraLoss* extra = nullptr);
 
   /// True when micro-batch `i` (0-based) of an epoch of `n` ends an accumulation window: its backward
   /// synchronises gradients and an optimizer step follows.
@@ -58,15 +62,9 @@ class TrainStep {
 
   /// Forward and backward of one micro-batch (images [N, C, H, W] float32 and labels [N, K] on the
   /// device). `sync`: the last micro-batch before optimizer_step(). Returns the batch's mean
-  /// classification loss, detached, on the device (undefined for an empty batch). With an auxiliary
-  /// head, `aux` must be given on every rank, also for an empty batch (the annotated images are counted
-  /// over the ranks), and the backward adds aux_seg_rank_loss.
-  torch::Tensor forward_backward(const torch::Tensor& images, const torch::Tensor& labels, bool sync,
-                                 const AuxTarget* aux = nullptr);
-  /// After forward_backward with an auxiliary head: this rank's sum of per-image mask BCE and its number
-  /// of annotated images (detached [] tensors on the device; undefined for an empty batch).
-  const torch::Tensor& aux_loss_sum() const { return aux_sum_; }
-  const torch::Tensor& aux_images() const { return aux_images_; }
+  /// classification loss, detached, on the device (undefined for an empty batch). With an ExtraLoss,
+  /// its begin() has been called for this batch, and the backward adds its loss().
+  torch::Tensor forward_backward(const torch::Tensor& images, const torch::Tensor& labels, bool sync);
 
   /// After the `sync` micro-batch: completes the gradient all-reduce, unscales (fp16), clips, sets the
   /// learning rate, steps (skipped on inf/NaN gradients with fp16) and clears the gradients.
@@ -82,11 +80,18 @@ class TrainStep {
   DistributedDataParallel& ddp_;
   torch::Device device_;
   StepOptions options_;
-  AuxSegStep aux_;
-  torch::Tensor aux_sum_, aux_images_;
+  ExtraLoss* extra_ = nullptr;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<LossScaler> scaler_;
   SkippableStep* skippable_ = nullptr;  // the optimizer, when it can skip a step on the device
 };
+
+/// The step policy the config asks for on `device` (precision resolved).
+StepOptions step_options(const Config& config, const torch::Device& device);
+/// The DDP wrapper's options (bucket size, BatchNorm statistics policy).
+DdpOptions ddp_options(const Config& config);
+/// Learning rate at optimizer step `step` (0-based): linear warmup to `lr` over `warmup_steps`, then
+/// cosine decay to lr * min_ratio at `total_steps`.
+double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double lr, double min_ratio);
 
 }  // namespace ranzcr

@@ -10,8 +10,8 @@
 #include "distributed/ddp.h"
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
-#include "engine/train/aux_seg.h"
 #include "engine/infer/inference.h"
+#include "engine/train/aux_seg.h"
 #include "engine/train/train_step.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
@@ -169,12 +169,15 @@ std::vector<torch::Tensor> run_aux_steps(Collectives& coll) {
   synced->register_module("aux_head", head.ptr());
   torch::optim::SGD opt(synced->parameters(), torch::optim::SGDOptions(0.1));
   DistributedDataParallel ddp(*synced, coll, DdpOptions{});
-  TrainStep step(*model, opt, ddp, torch::kCPU, StepOptions{}, AuxSegStep{head, 0.7, &coll});
+  AuxSegLoss aux(head, 0.7, &coll);
+  TrainStep step(*model, opt, ddp, torch::kCPU, StepOptions{}, &aux);
   synced->eval();
   const int64_t per_rank = kAuxBatch / coll.world_size(), start = coll.rank() * per_rank;
   for (int s = 0; s < kAuxSteps; ++s) {
-    const AuxTarget t{masks[s].narrow(0, start, per_rank), has.narrow(0, start, per_rank)};
-    step.forward_backward(x[s].narrow(0, start, per_rank), y[s].narrow(0, start, per_rank), true, &t);
+    DeviceBatch b;
+    b.masks = masks[s].narrow(0, start, per_rank), b.has_annotation = has.narrow(0, start, per_rank);
+    aux.begin(b);
+    step.forward_backward(x[s].narrow(0, start, per_rank), y[s].narrow(0, start, per_rank), true);
     step.optimizer_step(0.1);
   }
   return synced->parameters();

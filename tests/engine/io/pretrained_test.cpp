@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "engine/io/safetensors.h"
-#include "engine/train/trainer.h"
 #include "models/registry.h"
 
 namespace ranzcr {
@@ -166,8 +165,8 @@ struct TinyNet : torch::nn::Module {
 // A state dict written by the real torch.save (an OrderedDict, "module."-prefixed) loads by name.
 TEST(Pretrained, LoadsATorchSavedStateDict) {
   TinyNet model;
-  const PretrainedReport r =
-      load_pretrained(model, std::string(RANZCR_SOURCE_DIR) + "/tests/engine/io/fixtures/state_dict_module.pth");
+  const PretrainedReport r = load_pretrained(
+      model, std::string(RANZCR_SOURCE_DIR) + "/tests/engine/io/fixtures/state_dict_module.pth");
   EXPECT_EQ(r.loaded, 8);
   EXPECT_TRUE(r.adapted_input_conv.empty());
   EXPECT_TRUE(r.reinitialised.empty());

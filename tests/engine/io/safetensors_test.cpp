@@ -66,8 +66,8 @@ TEST(Safetensors, HeaderIsPaddedTo8BytesAndLittleEndian) {
 // Written by the real `safetensors` package (0.8.0, safetensors.torch.save_file) with
 // tests/engine/io/fixtures/make_python_written.py.
 TEST(Safetensors, ReadsAFileWrittenByThePythonPackage) {
-  const SafetensorsFile f =
-      load_safetensors(std::string(RANZCR_SOURCE_DIR) + "/tests/engine/io/fixtures/python_written.safetensors");
+  const SafetensorsFile f = load_safetensors(std::string(RANZCR_SOURCE_DIR) +
+                                             "/tests/engine/io/fixtures/python_written.safetensors");
   EXPECT_EQ(f.tensors.size(), 5u);
   EXPECT_EQ(f.metadata.at("format"), "pt");
   EXPECT_EQ(f.metadata.at("writer").rfind("safetensors ", 0), 0u);

@@ -10,8 +10,8 @@
 
 #include "data/batch_loader.h"
 #include "engine/io/checkpoint.h"
-#include "engine/runtime/device_batches.h"
 #include "engine/io/safetensors.h"
+#include "engine/runtime/device_batches.h"
 #include "tests/models/key_files.h"
 #include "tests/test_util.h"
 
@@ -44,7 +44,7 @@ std::string write_checkpoint(const test::TempDir& dir, const std::string& name, 
   meta.model_name = name;
   meta.label_names = kLabels;
   const std::string path = dir / "best.pt";
-  write_file_atomic(path, serialize_checkpoint(meta, *model, nullptr, ema.get()));
+  write_file_atomic(path, serialize_checkpoint(meta, *model, nullptr, {{"ema", ema.get()}}));
   return path;
 }
 

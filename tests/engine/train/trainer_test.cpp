@@ -1,4 +1,5 @@
 #include "engine/train/trainer.h"
+#include "engine/train/train_step.h"
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -12,11 +13,11 @@
 #include <map>
 #include <sstream>
 
-#include "engine/train/aux_seg.h"
 #include "engine/io/checkpoint.h"
-#include "engine/report/curves.h"
-#include "engine/train/fused_optimizer.h"
 #include "engine/io/trained_model.h"
+#include "engine/report/curves.h"
+#include "engine/train/aux_seg.h"
+#include "engine/train/fused_optimizer.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
 
@@ -371,8 +372,8 @@ TEST_F(TrainerTest, AuxSegHeadTrainsIsSavedApartAndResumesExactly) {
   auto head_of = [](const std::string& path) {
     AuxSegHead head(64);
     CheckpointReader reader(path);
-    EXPECT_TRUE(reader.has_aux_head()) << path;
-    reader.restore_aux_head(*head);
+    EXPECT_TRUE(reader.has_part("aux_head")) << path;
+    reader.restore_part("aux_head", "auxiliary segmentation head weights", *head);
     return head;
   };
   AuxSegHead a = head_of(full + "/checkpoints/last.pt"), b = head_of(resumed + "/checkpoints/last.pt");
