@@ -32,6 +32,7 @@ struct CvArgs {
   std::string config;
   std::vector<std::string> sets;  // --set key=value
   std::string nproc_per_node;     // --nproc-per-node ("" = from the config)
+  std::vector<std::string> argv;  // the command line after the program name (re-used by workers)
 };
 
 struct BenchArgs {
@@ -65,8 +66,8 @@ struct ExportArgs {
 int run_train(const TrainArgs& args);
 int run_evaluate(const EvalArgs& args);
 int run_predict(const EvalArgs& args);
-/// `ranzcr cv`: trains every fold of data.folds (each a `train` run in output.dir/fold_K, skipped when
-/// finished), then writes output.dir/oof.csv and cv.json.
+/// `ranzcr cv`: one job whose every process trains each fold of data.folds in turn (a train run in
+/// output.dir/fold_K, skipped when finished), then writes output.dir/oof.csv and cv.json.
 int run_cv(const CvArgs& args);
 int run_bench(const BenchArgs& args);
 int run_synth(const SynthArgs& args);

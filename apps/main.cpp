@@ -133,7 +133,10 @@ int main(int argc, char** argv) {
       pred.argv.assign(argv + 1, argv + argc);
       return ranzcr::run_predict(pred);
     }
-    if (c->parsed()) return ranzcr::run_cv(cv);
+    if (c->parsed()) {
+      cv.argv.assign(argv + 1, argv + argc);
+      return ranzcr::run_cv(cv);
+    }
     if (s->parsed()) return ranzcr::run_synth(synth);
     if (b->parsed()) {
       bench.argv.assign(argv + 1, argv + argc);

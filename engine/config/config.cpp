@@ -9,6 +9,46 @@
 #include <stdexcept>
 
 namespace ranzcr {
+
+template <>
+const std::vector<std::pair<OptimizerName, std::string>>& setting_names() {
+  static const std::vector<std::pair<OptimizerName, std::string>> names{{OptimizerName::kAdamW, "adamw"},
+                                                                        {OptimizerName::kSgd, "sgd"}};
+  return names;
+}
+template <>
+const std::vector<std::pair<OnOffAuto, std::string>>& setting_names() {
+  static const std::vector<std::pair<OnOffAuto, std::string>> names{
+      {OnOffAuto::kAuto, "auto"}, {OnOffAuto::kTrue, "true"}, {OnOffAuto::kFalse, "false"}};
+  return names;
+}
+template <>
+const std::vector<std::pair<PrecisionSetting, std::string>>& setting_names() {
+  static const std::vector<std::pair<PrecisionSetting, std::string>> names{{PrecisionSetting::kAuto, "auto"},
+                                                                           {PrecisionSetting::kFp32, "fp32"},
+                                                                           {PrecisionSetting::kBf16, "bf16"},
+                                                                           {PrecisionSetting::kFp16, "fp16"}};
+  return names;
+}
+template <>
+const std::vector<std::pair<ResumeSetting, std::string>>& setting_names() {
+  static const std::vector<std::pair<ResumeSetting, std::string>> names{{ResumeSetting::kAuto, "auto"},
+                                                                        {ResumeSetting::kNever, "never"}};
+  return names;
+}
+template <>
+const std::vector<std::pair<BackendSetting, std::string>>& setting_names() {
+  static const std::vector<std::pair<BackendSetting, std::string>> names{
+      {BackendSetting::kAuto, "auto"}, {BackendSetting::kGloo, "gloo"}, {BackendSetting::kNccl, "nccl"}};
+  return names;
+}
+template <>
+const std::vector<std::pair<BnSync, std::string>>& setting_names() {
+  static const std::vector<std::pair<BnSync, std::string>> names{{BnSync::kBroadcast, "broadcast"},
+                                                                 {BnSync::kAverage, "average"}};
+  return names;
+}
+
 namespace {
 
 // Calls `v(key, field)` for every config field. One table drives parsing, key listing and emission.
@@ -98,13 +138,14 @@ std::vector<std::string> split_dots(const std::string& key) {
 }
 
 template <class T>
-const char* type_name() {
+std::string type_name() {
   if constexpr (std::is_same_v<T, bool>) return "a boolean (true/false)";
   if constexpr (std::is_same_v<T, int>) return "an integer";
   if constexpr (std::is_same_v<T, double>) return "a number";
   if constexpr (std::is_same_v<T, std::string>) return "a string";
   if constexpr (std::is_same_v<T, std::vector<std::string>>) return "a list of strings";
   if constexpr (std::is_same_v<T, std::vector<double>>) return "a list of numbers";
+  if constexpr (std::is_enum_v<T>) return setting_choices<T>();
   return "a value";
 }
 
@@ -205,7 +246,15 @@ Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& o
       } else {
         if (!node.IsScalar()) throw YAML::BadConversion(node.Mark());
       }
-      field = node.as<T>();
+      if constexpr (std::is_enum_v<T>) {
+        try {
+          field = parse_setting<T>(key, node.Scalar());
+        } catch (const std::runtime_error& e) {
+          throw std::runtime_error("config: " + std::string(e.what()) + " (" + src.where(key, node) + ")");
+        }
+      } else {
+        field = node.as<T>();
+      }
     } catch (const YAML::Exception&) {
       std::string got = node.IsScalar()     ? "'" + node.Scalar() + "'"
                         : node.IsSequence() ? std::string("a list")
@@ -243,7 +292,10 @@ std::string config_to_yaml(const Config& config) {
   Config copy = config;
   YAML::Node root(YAML::NodeType::Map);
   visit_fields(copy, [&](const std::string& key, auto& field) {
-    set_path(root, split_dots(key), 0, YAML::Node(field));
+    if constexpr (std::is_enum_v<std::decay_t<decltype(field)>>)
+      set_path(root, split_dots(key), 0, YAML::Node(setting_name(field)));
+    else
+      set_path(root, split_dots(key), 0, YAML::Node(field));
   });
   YAML::Emitter out;
   out << root;
@@ -302,43 +354,26 @@ void validate_config(const Config& c) {
     for (double v : values) require(std::isfinite(v), std::string(key) + " must hold finite numbers");
   }
   for (double v : c.model.input_std) require(v > 0.0, "model.input_std must be positive");
-  require(c.optim.name == "adamw" || c.optim.name == "sgd",
-          "optim.name must be adamw or sgd, got '" + c.optim.name + "'");
   require(c.optim.lr > 0.0, "optim.lr must be positive");
   require(c.optim.warmup_epochs >= 0.0, "optim.warmup_epochs must be >= 0");
   require(c.optim.grad_clip >= 0.0, "optim.grad_clip must be >= 0");
-  require(c.optim.fused == "auto" || c.optim.fused == "true" || c.optim.fused == "false",
-          "optim.fused must be auto, true or false, got '" + c.optim.fused + "'");
   require(c.train.epochs >= 1, "train.epochs must be at least 1");
   require(c.train.batch_size >= 1, "train.batch_size must be at least 1");
   require(c.train.accum_steps >= 1, "train.accum_steps must be at least 1");
   require(c.train.eval_batch_size >= 1, "train.eval_batch_size must be at least 1");
   require(c.train.num_threads >= 0, "train.num_threads must be >= 0");
   require(c.train.early_stop_patience >= 0, "train.early_stop_patience must be >= 0");
-  const auto& p = c.train.precision;
-  require(p == "auto" || p == "fp32" || p == "bf16" || p == "fp16",
-          "train.precision must be auto, fp32, bf16 or fp16, got '" + p + "'");
-  const auto& cl = c.train.channels_last;
-  require(cl == "auto" || cl == "true" || cl == "false",
-          "train.channels_last must be auto, true or false, got '" + cl + "'");
   require(c.train.ema_decay >= 0.0 && c.train.ema_decay < 1.0, "train.ema_decay must be in [0, 1) (0 = off)");
-  require(c.train.resume == "auto" || c.train.resume == "never",
-          "train.resume must be auto or never, got '" + c.train.resume + "'");
   const DeviceSetting device = parse_device_setting(c.train.device);
   require(
-      !(device.type == "cpu" && c.distributed.backend == "nccl"),
+      !(device.type == "cpu" && c.distributed.backend == BackendSetting::kNccl),
       "distributed.backend nccl needs GPUs, but train.device is cpu (use distributed.backend gloo or auto)");
   require(!c.synth.generate_if_missing || !c.synth.root.empty(),
           "synth.generate_if_missing needs synth.root (the folder the synthetic data set is generated in)");
-  require(
-      c.distributed.backend == "auto" || c.distributed.backend == "gloo" || c.distributed.backend == "nccl",
-      "distributed.backend must be auto, gloo or nccl, got '" + c.distributed.backend + "'");
   const auto& n = c.distributed.nproc_per_node;
   require(n == "auto" || (!n.empty() && n.size() < 5 &&
                           n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) >= 1),
           "distributed.nproc_per_node must be a positive integer or auto, got '" + n + "'");
-  require(c.distributed.bn_sync == "broadcast" || c.distributed.bn_sync == "average",
-          "distributed.bn_sync must be broadcast or average, got '" + c.distributed.bn_sync + "'");
   require(c.distributed.timeout_seconds > 0, "distributed.timeout_seconds must be positive");
   require(c.distributed.bucket_mb > 0, "distributed.bucket_mb must be positive");
   require(c.distributed.grace_seconds >= 0, "distributed.grace_seconds must be >= 0");

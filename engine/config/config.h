@@ -5,7 +5,9 @@
 #include "data/data_config.h"
 
 #include <map>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace YAML {
@@ -13,6 +15,58 @@ class Node;
 }
 
 namespace ranzcr {
+
+// Settings with a fixed set of values are enums, each with one table of its YAML names
+// (setting_names<E>(), config.cpp): parsed once when the config is read, the error naming the key, the
+// valid values and what was given; written back under the same names.
+enum class OptimizerName { kAdamW, kSgd };      // adamw | sgd
+enum class OnOffAuto { kAuto, kTrue, kFalse };  // auto | true | false (auto: on for CUDA devices)
+enum class PrecisionSetting { kAuto, kFp32, kBf16, kFp16 };  // auto | fp32 | bf16 | fp16
+enum class ResumeSetting { kAuto, kNever };                  // auto | never
+enum class BackendSetting { kAuto, kGloo, kNccl };           // auto | gloo | nccl
+enum class BnSync { kBroadcast, kAverage };                  // broadcast | average
+
+/// The YAML names of E's values, in declaration order.
+template <class E>
+const std::vector<std::pair<E, std::string>>& setting_names();
+template <>
+const std::vector<std::pair<OptimizerName, std::string>>& setting_names();
+template <>
+const std::vector<std::pair<OnOffAuto, std::string>>& setting_names();
+template <>
+const std::vector<std::pair<PrecisionSetting, std::string>>& setting_names();
+template <>
+const std::vector<std::pair<ResumeSetting, std::string>>& setting_names();
+template <>
+const std::vector<std::pair<BackendSetting, std::string>>& setting_names();
+template <>
+const std::vector<std::pair<BnSync, std::string>>& setting_names();
+
+/// The YAML name of `value`.
+template <class E>
+const std::string& setting_name(E value) {
+  for (const auto& [v, name] : setting_names<E>())
+    if (v == value) return name;
+  throw std::logic_error("setting_name: a value without a name");
+}
+
+/// "a, b or c": the valid names of E, for messages.
+template <class E>
+std::string setting_choices() {
+  const auto& names = setting_names<E>();
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i].second;
+  return out;
+}
+
+/// The value of E named `text`. Throws std::runtime_error "<key> must be a, b or c, got '<text>'".
+template <class E>
+E parse_setting(const std::string& key, const std::string& text) {
+  for (const auto& [v, name] : setting_names<E>())
+    if (name == text) return v;
+  throw std::runtime_error(key + " must be " + setting_choices<E>() + ", got '" + text + "'");
+}
 
 struct ModelConfig {
   std::string name = "resnet18";  // registry name (see `ranzcr models`)
@@ -27,14 +81,15 @@ struct ModelConfig {
 };
 
 struct OptimConfig {
-  std::string name = "adamw";  // adamw | sgd
-  double lr = 1e-3;            // peak learning rate (after warmup)
-  double weight_decay = 1e-4;  // decoupled (adamw) or L2 (sgd)
-  double momentum = 0.9;       // sgd only (Nesterov)
-  double warmup_epochs = 0.5;  // linear warmup length, epochs (fractional allowed)
-  double min_lr_ratio = 0.01;  // cosine floor as a fraction of lr
-  double grad_clip = 0.0;      // max global gradient norm (0 = off)
-  std::string fused = "auto";  // auto | true | false: PyTorch's fused AdamW/SGD kernels (auto: on CUDA)
+  OptimizerName name = OptimizerName::kAdamW;  // adamw | sgd
+  double lr = 1e-3;                            // peak learning rate (after warmup)
+  double weight_decay = 1e-4;                  // decoupled (adamw) or L2 (sgd)
+  double momentum = 0.9;                       // sgd only (Nesterov)
+  double warmup_epochs = 0.5;                  // linear warmup length, epochs (fractional allowed)
+  double min_lr_ratio = 0.01;                  // cosine floor as a fraction of lr
+  double grad_clip = 0.0;                      // max global gradient norm (0 = off)
+  OnOffAuto fused =
+      OnOffAuto::kAuto;  // auto | true | false: PyTorch's fused AdamW/SGD kernels (auto: on CUDA)
 };
 
 struct TrainConfig {
@@ -46,21 +101,22 @@ struct TrainConfig {
   int num_threads = 0;             // LibTorch intra-op threads (0 = all cores)
   bool tta_hflip = false;          // validation/evaluate/predict: average with the hflipped image
   int early_stop_patience = 0;     // stop after this many epochs without a better val AUC (0 = off)
-  std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (auto: bf16 on GPUs that have it, else fp32)
-  std::string channels_last = "auto";  // auto | true | false: NHWC conv layout (auto: on for CUDA)
-  std::string resume = "auto";  // auto: continue output.dir's checkpoints/last.pt when there is one | never
-  double ema_decay = 0.0;       // EMA of the weights (timm ModelEmaV3 with warm-up); 0 = off
+  PrecisionSetting precision =
+      PrecisionSetting::kAuto;  // auto | fp32 | bf16 | fp16 (auto: bf16 on GPUs with it, else fp32)
+  OnOffAuto channels_last = OnOffAuto::kAuto;   // auto | true | false: NHWC conv layout (auto: on for CUDA)
+  ResumeSetting resume = ResumeSetting::kAuto;  // auto: continue output.dir's checkpoints/last.pt | never
+  double ema_decay = 0.0;                       // EMA of the weights (timm ModelEmaV3 with warm-up); 0 = off
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (auto: this rank's GPU when one is visible)
 };
 
 struct DistributedConfig {
-  std::string nproc_per_node = "1";    // worker processes on this node: N or auto
-  std::string backend = "auto";        // auto | gloo | nccl
-  std::string init_method = "env://";  // env:// (MASTER_ADDR/PORT) | tcp://host:port | file:///path
-  double timeout_seconds = 300.0;      // rendezvous and collective timeout
-  double bucket_mb = 25.0;             // gradient all-reduce bucket size, MiB
-  std::string bn_sync = "broadcast";   // BatchNorm buffers: broadcast (from rank 0) | average
-  double grace_seconds = 120.0;        // launcher: SIGTERM to SIGKILL when stopping workers
+  std::string nproc_per_node = "1";                // worker processes on this node: N or auto
+  BackendSetting backend = BackendSetting::kAuto;  // auto | gloo | nccl
+  std::string init_method = "env://";   // env:// (MASTER_ADDR/PORT) | tcp://host:port | file:///path
+  double timeout_seconds = 300.0;       // rendezvous and collective timeout
+  double bucket_mb = 25.0;              // gradient all-reduce bucket size, MiB
+  BnSync bn_sync = BnSync::kBroadcast;  // BatchNorm buffers: broadcast (from rank 0) | average
+  double grace_seconds = 120.0;         // launcher: SIGTERM to SIGKILL when stopping workers
 };
 
 struct OutputConfig {

@@ -6,11 +6,45 @@
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
+
+#include "engine/config/check.h"
 
 namespace fs = std::filesystem;
 
 namespace ranzcr {
 namespace {
+
+constexpr const char* kFormatVersionKey = "ranzcr_format_version";
+
+// Required: a checkpoint without it is refused. Optional: added after files were written without it
+// (within the same format version); such files read as the field's default, as do ones holding another
+// type.
+enum class Presence { Required, Optional };
+
+// Calls `f(key, field, presence)` for every meta field but format_version (written first and checked
+// before any other: see read_meta). One table drives writing and reading; adding a field is one line
+// here, of a type that encode/decode handle. Meta is CheckpointMeta or const CheckpointMeta.
+template <typename Meta, typename F>
+void visit_meta_fields(Meta& m, F&& f) {
+  static_assert(std::is_same_v<std::remove_const_t<Meta>, CheckpointMeta>);
+  constexpr Presence R = Presence::Required, O = Presence::Optional;
+  f("epoch", m.epoch, R);
+  f("step", m.step, R);
+  f("best_metric", m.best_metric, R);
+  f("config_yaml", m.config_yaml, R);
+  f("model_name", m.model_name, R);
+  f("label_names", m.label_names, R);
+  f("world_size", m.world_size, R);
+  f("epoch_batches_done", m.epoch_batches_done, R);
+  f("batch_size", m.batch_size, R);
+  f("loss_scale", m.loss_scale, O);
+  f("loss_scale_growth", m.loss_scale_growth, O);
+  f("epochs_since_best", m.epochs_since_best, O);
+  f("epoch_metric", m.epoch_metric, O);
+  f("rng_states", m.rng_states, O);
+  f("rng_device", m.rng_device, O);
+}
 
 std::string join(const std::vector<std::string>& v) {
   std::string out;
@@ -26,55 +60,120 @@ std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
+// A field's archive value: int64 as Int, double as Double, strings as String, string lists as one
+// newline-joined String. Tensors are not IValues here: see write_field.
+c10::IValue encode(int64_t v) {
+  return c10::IValue(v);
+}
+c10::IValue encode(double v) {
+  return c10::IValue(v);
+}
+c10::IValue encode(const std::string& v) {
+  return c10::IValue(v);
+}
+c10::IValue encode(const std::vector<std::string>& v) {
+  return c10::IValue(join(v));
+}
+
+// Sets `field` from `v` when `v` holds the field's archive type and returns true; otherwise returns false
+// and leaves it, or, when `strict` (required keys), throws IValue's c10::Error for the wrong type.
+bool decode(const c10::IValue& v, int64_t& field, bool strict) {
+  if (!strict && !v.isInt()) return false;
+  field = v.toInt();
+  return true;
+}
+bool decode(const c10::IValue& v, double& field, bool strict) {
+  if (!strict && !v.isDouble()) return false;
+  field = v.toDouble();
+  return true;
+}
+bool decode(const c10::IValue& v, std::string& field, bool strict) {
+  if (!strict && !v.isString()) return false;
+  field = v.toStringRef();
+  return true;
+}
+bool decode(const c10::IValue& v, std::vector<std::string>& field, bool strict) {
+  std::string joined;
+  if (!decode(v, joined, strict)) return false;
+  field = split_lines(joined);
+  return true;
+}
+
+// Whether an optional field has a value to write: an empty string or an undefined tensor is left out of
+// the file and so reads back as the field's default (which must then be that empty value).
+bool has_value(const std::string& v) {
+  return !v.empty();
+}
+bool has_value(const torch::Tensor& v) {
+  return v.defined();
+}
+template <typename T>
+bool has_value(const T&) {
+  return true;
+}
+
+template <typename T>
+void write_field(torch::serialize::OutputArchive& archive, const char* key, const T& field) {
+  archive.write(key, encode(field));
+}
+// A tensor is written as a tensor (not an IValue attribute), from the CPU.
+void write_field(torch::serialize::OutputArchive& archive, const char* key, const torch::Tensor& field) {
+  archive.write(key, field.cpu());
+}
+
+// Reads `key` into `field`; false when the archive lacks it (or, unless `strict`, holds another type).
+template <typename T>
+bool read_field(torch::serialize::InputArchive& archive, const char* key, T& field, bool strict) {
+  c10::IValue v;
+  return archive.try_read(key, v) && decode(v, field, strict);
+}
+// Tensors land on the CPU whatever the archive's device.
+bool read_field(torch::serialize::InputArchive& archive, const char* key, torch::Tensor& field, bool) {
+  torch::Tensor t;
+  if (!archive.try_read(key, t)) return false;
+  field = t.cpu();
+  return true;
+}
+
+void write_meta(torch::serialize::OutputArchive& archive, const CheckpointMeta& meta) {
+  archive.write(kFormatVersionKey, c10::IValue(meta.format_version));
+  visit_meta_fields(meta, [&](const char* key, const auto& field, Presence presence) {
+    if (presence == Presence::Optional && !has_value(field)) return;
+    write_field(archive, key, field);
+  });
+}
+
 torch::serialize::InputArchive open_archive(const std::string& path,
                                             const torch::Device& device = torch::kCPU) {
-  if (!fs::is_regular_file(path)) throw std::runtime_error("checkpoint not found: " + path);
+  RANZCR_CHECK(fs::is_regular_file(path), "checkpoint not found: ", path);
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(path, device);
   } catch (const std::exception&) {
-    throw std::runtime_error(path + " is not a ranzcr checkpoint (cannot read it as a LibTorch archive)");
+    RANZCR_FAIL(path, " is not a ranzcr checkpoint (cannot read it as a LibTorch archive)");
   }
   return archive;
 }
 
+int64_t read_format_version(torch::serialize::InputArchive& archive, const std::string& path) {
+  c10::IValue v;
+  RANZCR_CHECK(archive.try_read(kFormatVersionKey, v) && v.isInt(), path,
+               " is not a ranzcr checkpoint (no ranzcr_format_version)");
+  const int64_t version = v.toInt();
+  RANZCR_CHECK(version == kCheckpointFormatVersion, path, ": checkpoint format version ", version,
+               " is not supported (expected ", kCheckpointFormatVersion, ")",
+               version == 1 ? "; version 1 predates the models' timm parameter names: retrain" : "");
+  return version;
+}
+
 CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::string& path) {
   CheckpointMeta meta;
-  c10::IValue v;
-  if (!archive.try_read("ranzcr_format_version", v) || !v.isInt())
-    throw std::runtime_error(path + " is not a ranzcr checkpoint (no ranzcr_format_version)");
-  meta.format_version = v.toInt();
-  if (meta.format_version != kCheckpointFormatVersion)
-    throw std::runtime_error(
-        path + ": checkpoint format version " + std::to_string(meta.format_version) +
-        " is not supported (expected " + std::to_string(kCheckpointFormatVersion) + ")" +
-        (meta.format_version == 1 ? "; version 1 predates the models' timm parameter names: retrain" : ""));
-  auto need = [&](const char* key) {
-    c10::IValue value;
-    if (!archive.try_read(key, value)) throw std::runtime_error(path + ": checkpoint lacks '" + key + "'");
-    return value;
-  };
-  meta.epoch = need("epoch").toInt();
-  meta.step = need("step").toInt();
-  meta.best_metric = need("best_metric").toDouble();
-  meta.config_yaml = need("config_yaml").toStringRef();
-  meta.model_name = need("model_name").toStringRef();
-  meta.label_names = split_lines(need("label_names").toStringRef());
-  meta.world_size = need("world_size").toInt();
-  meta.epoch_batches_done = need("epoch_batches_done").toInt();
-  meta.batch_size = need("batch_size").toInt();
-  c10::IValue optional;  // added later within format version 1: absent in older files
-  if (archive.try_read("loss_scale", optional) && optional.isDouble()) meta.loss_scale = optional.toDouble();
-  if (archive.try_read("loss_scale_growth", optional) && optional.isInt())
-    meta.loss_scale_growth = optional.toInt();
-  if (archive.try_read("epochs_since_best", optional) && optional.isInt())
-    meta.epochs_since_best = optional.toInt();
-  if (archive.try_read("epoch_metric", optional) && optional.isDouble())
-    meta.epoch_metric = optional.toDouble();
-  torch::Tensor rng;
-  if (archive.try_read("rng_states", rng)) meta.rng_states = rng.cpu();
-  if (archive.try_read("rng_device", optional) && optional.isString())
-    meta.rng_device = optional.toStringRef();
+  meta.format_version = read_format_version(archive, path);
+  visit_meta_fields(meta, [&](const char* key, auto& field, Presence presence) {
+    const bool required = presence == Presence::Required;
+    const bool found = read_field(archive, key, field, required);
+    RANZCR_CHECK(found || !required, path, ": checkpoint lacks '", key, "'");
+  });
   return meta;
 }
 
@@ -89,22 +188,7 @@ std::string epoch_checkpoint_path(const std::string& dir, const std::string& pre
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
                                  torch::optim::Optimizer* optimizer, const CheckpointParts& parts) {
   torch::serialize::OutputArchive archive;
-  archive.write("ranzcr_format_version", c10::IValue(meta.format_version));
-  archive.write("epoch", c10::IValue(meta.epoch));
-  archive.write("step", c10::IValue(meta.step));
-  archive.write("best_metric", c10::IValue(meta.best_metric));
-  archive.write("config_yaml", c10::IValue(meta.config_yaml));
-  archive.write("model_name", c10::IValue(meta.model_name));
-  archive.write("label_names", c10::IValue(join(meta.label_names)));
-  archive.write("world_size", c10::IValue(meta.world_size));
-  archive.write("epoch_batches_done", c10::IValue(meta.epoch_batches_done));
-  archive.write("batch_size", c10::IValue(meta.batch_size));
-  archive.write("loss_scale", c10::IValue(meta.loss_scale));
-  archive.write("loss_scale_growth", c10::IValue(meta.loss_scale_growth));
-  archive.write("epochs_since_best", c10::IValue(meta.epochs_since_best));
-  archive.write("epoch_metric", c10::IValue(meta.epoch_metric));
-  if (meta.rng_states.defined()) archive.write("rng_states", meta.rng_states.cpu());
-  if (!meta.rng_device.empty()) archive.write("rng_device", c10::IValue(meta.rng_device));
+  write_meta(archive, meta);
   auto write_part = [&](const char* key, const auto* part) {  // a module or the optimizer, when there is one
     if (!part) return;
     torch::serialize::OutputArchive part_archive;
@@ -145,10 +229,10 @@ void CheckpointReader::load_or_explain(Load&& load) {
   try {
     load();
   } catch (const c10::Error& e) {
-    throw std::runtime_error(path_ + ": checkpoint does not match the model '" + meta_.model_name +
-                             "': " + e.what_without_backtrace());
+    RANZCR_FAIL(path_, ": checkpoint does not match the model '", meta_.model_name,
+                "': ", e.what_without_backtrace());
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error(path_ + ": cannot restore the checkpoint: " + e.what());
+    RANZCR_FAIL(path_, ": cannot restore the checkpoint: ", e.what());
   }
 }
 
@@ -164,7 +248,7 @@ void CheckpointReader::restore(torch::nn::Module& model, torch::optim::Optimizer
 void CheckpointReader::restore_optimizer(torch::optim::Optimizer& optimizer) {
   load_or_explain([&] {
     torch::serialize::InputArchive part;
-    if (!archive_.try_read("optimizer", part)) throw std::runtime_error("it holds no optimizer state");
+    RANZCR_CHECK(archive_.try_read("optimizer", part), "it holds no optimizer state");
     optimizer.load(part);
   });
 }
@@ -177,12 +261,12 @@ bool CheckpointReader::has_part(const std::string& name) {
 void CheckpointReader::restore_part(const std::string& name, const std::string& what,
                                     torch::nn::Module& module) {
   torch::serialize::InputArchive part;
-  if (!archive_.try_read(name, part)) throw std::runtime_error(path_ + ": the checkpoint holds no " + what);
+  RANZCR_CHECK(archive_.try_read(name, part), path_, ": the checkpoint holds no ", what);
   try {
     module.load(part);
   } catch (const c10::Error& e) {
-    throw std::runtime_error(path_ + ": the checkpoint's " + what + " do not match the model '" +
-                             meta_.model_name + "': " + e.what_without_backtrace());
+    RANZCR_FAIL(path_, ": the checkpoint's ", what, " do not match the model '", meta_.model_name,
+                "': ", e.what_without_backtrace());
   }
 }
 

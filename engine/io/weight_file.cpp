@@ -1,9 +1,7 @@
 // torch.save's zip format (torch >= 1.6): a zip archive "<name>/data.pkl" (a pickle, protocol 2 by default)
 // whose tensors refer by persistent id ('storage', torch.FloatStorage, "<key>", "cpu", numel) to raw
-// little-endian records "<name>/data/<key>". LibTorch's torch::pickle_load reads that archive but turns
-// collections.OrderedDict, the type of every nn.Module.state_dict(), into None and fails, so the pickle is
-// interpreted here: a small stack machine that knows dicts, lists, tuples, scalars, strings and torch's
-// tensor rebuild functions, and keeps any other class as an opaque object it never calls.
+// little-endian records "<name>/data/<key>". Here: telling the formats apart, opening the archive, finding
+// the state dict in what torch_pickle.h unpickles, and torchvision's EfficientNet names.
 #include "engine/io/weight_file.h"
 
 #include <caffe2/serialize/inline_container.h>
@@ -11,404 +9,27 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <stdexcept>
 
+#include "engine/config/check.h"
 #include "engine/io/safetensors.h"
+#include "engine/io/torch_pickle.h"
 
 namespace ranzcr {
 namespace {
+
+using pickle::Obj;
+using pickle::PyObj;
 
 std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
-// A Python object as far as a state dict needs it.
-struct PyObj;
-using Obj = std::shared_ptr<PyObj>;
-struct PyObj {
-  enum Kind { kNone, kBool, kInt, kFloat, kStr, kBytes, kTuple, kList, kDict, kTensor, kGlobal, kOpaque };
-  Kind kind = kNone;
-  int64_t i = 0;
-  double f = 0;
-  std::string s;           // kStr, kBytes; kGlobal and kOpaque: "module.name" of the class or function
-  std::vector<Obj> items;  // kTuple, kList
-  std::vector<std::pair<Obj, Obj>> entries;  // kDict
-  torch::Tensor tensor;                      // kTensor
-};
-
-Obj make(PyObj::Kind kind) {
-  auto o = std::make_shared<PyObj>();
-  o->kind = kind;
-  return o;
-}
-Obj make_int(int64_t v) {
-  auto o = make(PyObj::kInt);
-  o->i = v;
-  return o;
-}
-Obj make_str(PyObj::Kind kind, std::string s) {
-  auto o = make(kind);
-  o->s = std::move(s);
-  return o;
-}
-Obj make_tensor(torch::Tensor t) {
-  auto o = make(PyObj::kTensor);
-  o->tensor = std::move(t);
-  return o;
-}
-
-torch::ScalarType storage_dtype(const std::string& storage_class) {
-  static const std::map<std::string, torch::ScalarType> types = {
-      {"torch.DoubleStorage", torch::kDouble}, {"torch.FloatStorage", torch::kFloat},
-      {"torch.HalfStorage", torch::kHalf},     {"torch.BFloat16Storage", torch::kBFloat16},
-      {"torch.LongStorage", torch::kLong},     {"torch.IntStorage", torch::kInt},
-      {"torch.ShortStorage", torch::kShort},   {"torch.CharStorage", torch::kChar},
-      {"torch.ByteStorage", torch::kByte},     {"torch.BoolStorage", torch::kBool}};
-  auto it = types.find(storage_class);
-  if (it == types.end()) throw std::runtime_error("unsupported tensor storage " + storage_class);
-  return it->second;
-}
-
-class Unpickler {
- public:
-  Unpickler(const std::string& bytes, caffe2::serialize::PyTorchStreamReader& reader)
-      : bytes_(bytes), reader_(reader) {}
-
-  Obj run() {
-    for (;;) {
-      const uint8_t op = u8();
-      switch (op) {
-        case 0x80:
-          u8();
-          break;  // PROTO
-        case 0x95:
-          take(8);
-          break;  // FRAME
-        case '.':
-          return pop();  // STOP
-        case '(':
-          marks_.push_back(stack_.size());
-          break;
-        case '0':
-          pop();
-          break;
-        case '1':
-          pop_mark();
-          break;
-        case '2':
-          push(top());
-          break;
-        case 'N':
-          push(make(PyObj::kNone));
-          break;
-        case 0x88:
-        case 0x89: {
-          auto o = make(PyObj::kBool);
-          o->i = op == 0x88;
-          push(o);
-          break;
-        }
-        case 'J':
-          push(make_int(static_cast<int32_t>(le(4))));
-          break;
-        case 'K':
-          push(make_int(static_cast<int64_t>(le(1))));
-          break;
-        case 'M':
-          push(make_int(static_cast<int64_t>(le(2))));
-          break;
-        case 0x8a:
-          push(make_int(long1(u8())));
-          break;
-        case 'G': {
-          uint64_t bits = 0;
-          for (int k = 0; k < 8; ++k) bits = (bits << 8) | u8();  // big-endian
-          auto o = make(PyObj::kFloat);
-          std::memcpy(&o->f, &bits, 8);
-          push(o);
-          break;
-        }
-        case 'X':
-          push(make_str(PyObj::kStr, take(le(4))));
-          break;
-        case 0x8c:
-          push(make_str(PyObj::kStr, take(u8())));
-          break;
-        case 0x8d:
-          push(make_str(PyObj::kStr, take(le(8))));
-          break;
-        case 'T':
-          push(make_str(PyObj::kBytes, take(le(4))));
-          break;
-        case 'U':
-          push(make_str(PyObj::kBytes, take(u8())));
-          break;
-        case 'B':
-          push(make_str(PyObj::kBytes, take(le(4))));
-          break;
-        case 'C':
-          push(make_str(PyObj::kBytes, take(u8())));
-          break;
-        case ')':
-          push(make(PyObj::kTuple));
-          break;
-        case 't': {
-          auto o = make(PyObj::kTuple);
-          o->items = pop_mark();
-          push(o);
-          break;
-        }
-        case 0x85:
-        case 0x86:
-        case 0x87: {
-          auto o = make(PyObj::kTuple);
-          const size_t n = op - 0x84;
-          need(n);
-          o->items.assign(stack_.end() - n, stack_.end());
-          stack_.resize(stack_.size() - n);
-          push(o);
-          break;
-        }
-        case ']':
-        case 0x8f:
-          push(make(PyObj::kList));
-          break;  // EMPTY_LIST, EMPTY_SET
-        case 'l': {
-          auto o = make(PyObj::kList);
-          o->items = pop_mark();
-          push(o);
-          break;
-        }
-        case 'a': {
-          Obj v = pop();
-          top()->items.push_back(v);
-          break;
-        }
-        case 'e':
-        case 0x90: {  // APPENDS, ADDITEMS
-          auto vs = pop_mark();
-          auto& list = top()->items;
-          list.insert(list.end(), vs.begin(), vs.end());
-          break;
-        }
-        case '}':
-          push(make(PyObj::kDict));
-          break;
-        case 'd': {
-          auto o = make(PyObj::kDict);
-          set_items(o, pop_mark());
-          push(o);
-          break;
-        }
-        case 's': {
-          Obj v = pop(), k = pop();
-          set_items(top(), {k, v});
-          break;
-        }
-        case 'u': {
-          auto kvs = pop_mark();
-          set_items(top(), kvs);
-          break;
-        }
-        case 'q':
-          memo_[le(1)] = top();
-          break;
-        case 'r':
-          memo_[le(4)] = top();
-          break;
-        case 0x94:
-          memo_[memo_.size()] = top();
-          break;  // MEMOIZE
-        case 'h':
-          push(memo(le(1)));
-          break;
-        case 'j':
-          push(memo(le(4)));
-          break;
-        case 'c': {
-          std::string module = line(), name = line();
-          push(make_str(PyObj::kGlobal, module + "." + name));
-          break;
-        }
-        case 0x93: {  // STACK_GLOBAL
-          Obj name = pop(), module = pop();
-          push(make_str(PyObj::kGlobal, module->s + "." + name->s));
-          break;
-        }
-        case 'R': {
-          Obj args = pop(), callable = pop();
-          push(reduce(callable, args));
-          break;
-        }
-        case 0x81: {  // NEWOBJ: cls.__new__(cls, *args)
-          Obj args = pop(), cls = pop();
-          push(reduce(cls, args));
-          break;
-        }
-        case 'b':
-          pop();
-          break;  // BUILD: the state of an object (OrderedDict's _metadata, a Namespace's fields)
-        case 'Q':
-          push(persistent_load(pop()));
-          break;
-        default: {
-          char hex[8];
-          std::snprintf(hex, sizeof hex, "0x%02x", op);
-          throw std::runtime_error(std::string("unsupported pickle opcode ") + hex + " at byte " +
-                                   std::to_string(pos_ - 1) + " of data.pkl");
-        }
-      }
-    }
-  }
-
- private:
-  uint8_t u8() {
-    if (pos_ >= bytes_.size()) throw std::runtime_error("data.pkl ends early (truncated pickle)");
-    return static_cast<uint8_t>(bytes_[pos_++]);
-  }
-  uint64_t le(int n) {
-    uint64_t v = 0;
-    for (int k = 0; k < n; ++k) v |= static_cast<uint64_t>(u8()) << (8 * k);
-    return v;
-  }
-  int64_t long1(size_t n) {
-    if (n > 8) throw std::runtime_error("an integer of more than 64 bits in data.pkl");
-    uint64_t v = le(static_cast<int>(n));
-    if (n > 0 && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);  // sign-extend
-    return static_cast<int64_t>(v);
-  }
-  std::string take(uint64_t n) {
-    if (n > bytes_.size() - pos_) throw std::runtime_error("data.pkl ends early (truncated pickle)");
-    std::string s = bytes_.substr(pos_, n);
-    pos_ += n;
-    return s;
-  }
-  std::string line() {
-    const size_t end = bytes_.find('\n', pos_);
-    if (end == std::string::npos) throw std::runtime_error("data.pkl ends early (truncated pickle)");
-    std::string s = bytes_.substr(pos_, end - pos_);
-    pos_ = end + 1;
-    return s;
-  }
-  void need(size_t n) const {
-    if (stack_.size() < n) throw std::runtime_error("corrupt pickle in data.pkl (stack underflow)");
-  }
-  void push(Obj o) { stack_.push_back(std::move(o)); }
-  Obj pop() {
-    need(1);
-    Obj o = stack_.back();
-    stack_.pop_back();
-    return o;
-  }
-  const Obj& top() const {
-    if (stack_.empty()) throw std::runtime_error("corrupt pickle in data.pkl (stack underflow)");
-    return stack_.back();
-  }
-  std::vector<Obj> pop_mark() {
-    if (marks_.empty() || marks_.back() > stack_.size())
-      throw std::runtime_error("corrupt pickle in data.pkl (no mark)");
-    std::vector<Obj> items(stack_.begin() + static_cast<std::ptrdiff_t>(marks_.back()), stack_.end());
-    stack_.resize(marks_.back());
-    marks_.pop_back();
-    return items;
-  }
-  Obj memo(uint64_t k) const {
-    auto it = memo_.find(k);
-    if (it == memo_.end()) throw std::runtime_error("corrupt pickle in data.pkl (unknown memo entry)");
-    return it->second;
-  }
-  static void set_items(const Obj& dict, const std::vector<Obj>& kvs) {
-    if (dict->kind != PyObj::kDict) return;  // items of an opaque object (a dict subclass we do not know)
-    for (size_t k = 0; k + 1 < kvs.size(); k += 2) dict->entries.emplace_back(kvs[k], kvs[k + 1]);
-  }
-  static const Obj& arg(const Obj& args, size_t k, const std::string& fn) {
-    if (args->kind != PyObj::kTuple || args->items.size() <= k)
-      throw std::runtime_error("unexpected arguments to " + fn + " in data.pkl");
-    return args->items[k];
-  }
-  static std::vector<int64_t> ints(const Obj& tuple, const std::string& fn) {
-    if (tuple->kind != PyObj::kTuple) throw std::runtime_error("unexpected arguments to " + fn);
-    std::vector<int64_t> v;
-    for (const auto& o : tuple->items) {
-      if (o->kind != PyObj::kInt) throw std::runtime_error("unexpected arguments to " + fn);
-      v.push_back(o->i);
-    }
-    return v;
-  }
-
-  // callable(*args) for the functions and classes torch.save'd state dicts use; anything else becomes an
-  // opaque object named after its class, an error only if the state dict is to be read from it.
-  Obj reduce(const Obj& callable, const Obj& args) {
-    const std::string fn = callable->kind == PyObj::kGlobal ? callable->s : "?";
-    if (fn == "collections.OrderedDict" || fn == "builtins.dict") {
-      auto d = make(PyObj::kDict);
-      if (args->kind == PyObj::kTuple && !args->items.empty() && args->items[0]->kind == PyObj::kList)
-        for (const auto& pair : args->items[0]->items)
-          if (pair->kind == PyObj::kTuple && pair->items.size() == 2)
-            d->entries.emplace_back(pair->items[0], pair->items[1]);
-      return d;
-    }
-    if (fn == "torch._utils._rebuild_tensor_v2" || fn == "torch._utils._rebuild_tensor") {
-      const Obj& storage = arg(args, 0, fn);
-      if (storage->kind != PyObj::kTensor) throw std::runtime_error("unexpected arguments to " + fn);
-      const int64_t offset = arg(args, 1, fn)->i;
-      const auto size = ints(arg(args, 2, fn), fn), stride = ints(arg(args, 3, fn), fn);
-      int64_t last = offset;  // the last element the view reaches
-      for (size_t d = 0; d < size.size() && d < stride.size(); ++d)
-        if (size[d] == 0) last = -1;
-      for (size_t d = 0; last >= 0 && d < size.size() && d < stride.size(); ++d)
-        last += (size[d] - 1) * stride[d];
-      if (size.size() != stride.size() || offset < 0 || last >= storage->tensor.numel())
-        throw std::runtime_error("a tensor reaches past the end of its storage in data.pkl");
-      return make_tensor(storage->tensor.as_strided(size, stride, offset));
-    }
-    if (fn == "torch.jit._pickle.restore_type_tag" || fn.rfind("torch.jit._pickle.build_", 0) == 0)
-      return arg(args, 0, fn);  // LibTorch's pickle_save: a typed dict or list, the value itself
-    if (fn == "torch._utils._rebuild_parameter" || fn == "torch._utils._rebuild_parameter_with_state")
-      return arg(args, 0, fn);
-    if (fn == "torch._tensor._rebuild_from_type_v2")  // (func, type, args, state): func(*args)
-      return reduce(arg(args, 0, fn), arg(args, 2, fn));
-    if (fn.rfind("torch._utils._rebuild_", 0) == 0)
-      throw std::runtime_error("a tensor saved by " + fn +
-                               " (quantized, sparse or other special tensors) is not supported");
-    return make_str(PyObj::kOpaque, fn);
-  }
-
-  // ('storage', torch.FloatStorage, key, location, numel): the record data/<key> as a 1-D tensor.
-  Obj persistent_load(const Obj& pid) {
-    if (pid->kind != PyObj::kTuple || pid->items.size() < 5 || pid->items[0]->s != "storage" ||
-        pid->items[1]->kind != PyObj::kGlobal || pid->items[2]->kind != PyObj::kStr)
-      throw std::runtime_error("unexpected persistent id in data.pkl (not a torch.save storage)");
-    const std::string key = pid->items[2]->s;
-    auto it = storages_.find(key);
-    if (it != storages_.end()) return it->second;
-    const torch::ScalarType dtype = storage_dtype(pid->items[1]->s);
-    const int64_t numel = pid->items[4]->i;
-    const std::string record = "data/" + key;
-    const size_t nbytes = static_cast<size_t>(numel) * torch::elementSize(dtype);
-    if (!reader_.hasRecord(record)) throw std::runtime_error("the archive lacks the record " + record);
-    if (reader_.getRecordSize(record) < nbytes)
-      throw std::runtime_error("the record " + record + " is shorter than its " + std::to_string(numel) +
-                               " elements");
-    torch::Tensor storage = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
-    if (nbytes > 0) reader_.getRecord(record, storage.data_ptr(), nbytes);
-    return storages_[key] = make_tensor(storage);
-  }
-
-  const std::string& bytes_;
-  caffe2::serialize::PyTorchStreamReader& reader_;
-  size_t pos_ = 0;
-  std::vector<Obj> stack_;
-  std::vector<size_t> marks_;
-  std::map<uint64_t, Obj> memo_;
-  std::map<std::string, Obj> storages_;
-};
-
+// `o` for an error message: "None", "an int", "a dict", "a pickled module.Class object", ...
 std::string describe(const Obj& o) {
   switch (o->kind) {
     case PyObj::kNone:
@@ -455,68 +76,85 @@ const char* const kConvert =
     "['state_dict'], 'weights.pth') (or model.state_dict()), or safetensors.torch.save_file(state_dict, "
     "'weights.safetensors')";
 
-NamedTensors read_torch_save(const std::string& path) {
+// A torch.save archive written on a little-endian machine and its data.pkl.
+struct TorchSaveArchive {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
-  std::string pickle;
-  try {
-    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
-    if (reader->hasRecord("byteorder")) {
-      auto [data, size] = reader->getRecord("byteorder");
-      if (std::string(static_cast<const char*>(data.get()), size) != "little")
-        throw std::runtime_error(path +
-                                 ": a torch.save archive written on a big-endian machine is not supported");
-    }
-    if (!reader->hasRecord("data.pkl"))
-      throw std::runtime_error(path + ": a zip archive without data.pkl, not a torch.save file");
-    auto [data, size] = reader->getRecord("data.pkl");
-    pickle.assign(static_cast<const char*>(data.get()), size);
-  } catch (const c10::Error& e) {
-    throw std::runtime_error(
-        path + ": cannot read the torch.save archive: " + first_line(e.what_without_backtrace()));
-  }
-  Obj root;
-  try {
-    root = Unpickler(pickle, *reader).run();
-  } catch (const c10::Error& e) {
-    throw std::runtime_error(path + ": " + first_line(e.what_without_backtrace()));
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error(path + ": " + first_line(e.what()));
-  }
+  std::string data_pkl;
+};
 
-  NamedTensors tensors = tensors_of(root);
-  if (!tensors.empty()) return tensors;
-  if (root->kind == PyObj::kOpaque) {
-    const bool torchscript = root->s.rfind("__torch__.", 0) == 0;
-    throw std::runtime_error(
-        path + ": holds " + describe(root) + ", not a state dict" +
-        (torchscript ? " (a TorchScript archive written by torch.jit.save); re-save its weights in Python: "
-                       "torch.save(torch.jit.load(PATH, map_location='cpu').state_dict(), 'weights.pth')"
-                     : " (a whole model saved with torch.save(model)?); re-save its weights in Python: "
-                       "torch.save(torch.load(PATH, map_location='cpu', weights_only=False).state_dict(), "
-                       "'weights.pth')"));
+TorchSaveArchive open_torch_save(const std::string& path) {
+  TorchSaveArchive archive;
+  try {
+    archive.reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+    if (archive.reader->hasRecord("byteorder")) {
+      auto [data, size] = archive.reader->getRecord("byteorder");
+      RANZCR_CHECK(std::string(static_cast<const char*>(data.get()), size) == "little", path,
+                   ": a torch.save archive written on a big-endian machine is not supported");
+    }
+    RANZCR_CHECK(archive.reader->hasRecord("data.pkl"), path,
+                 ": a zip archive without data.pkl, not a torch.save file");
+    auto [data, size] = archive.reader->getRecord("data.pkl");
+    archive.data_pkl.assign(static_cast<const char*>(data.get()), size);
+  } catch (const c10::Error& e) {
+    RANZCR_FAIL(path, ": cannot read the torch.save archive: ", first_line(e.what_without_backtrace()));
   }
-  if (root->kind != PyObj::kDict)
-    throw std::runtime_error(path + ": holds " + describe(root) + ", not a state dict (a dict of tensors)");
-  for (const char* wrapper : {"state_dict", "model", "state_dict_ema", "model_ema"})
-    for (const auto& [k, v] : root->entries)
-      if (k->kind == PyObj::kStr && k->s == wrapper) {
-        tensors = tensors_of(v);
-        if (!tensors.empty()) return tensors;
-      }
-  std::string keys, found;
+  return archive;
+}
+
+// What the data.pkl of the torch.save archive at `path` unpickles to; its errors name `path`.
+Obj unpickle_torch_save(const std::string& path) {
+  TorchSaveArchive archive = open_torch_save(path);
+  try {
+    return pickle::unpickle(archive.data_pkl, *archive.reader);
+  } catch (const c10::Error& e) {
+    RANZCR_FAIL(path, ": ", first_line(e.what_without_backtrace()));
+  } catch (const std::runtime_error& e) {
+    RANZCR_FAIL(path, ": ", first_line(e.what()));
+  }
+}
+
+// "key: a tensor, key: an int, ..." for the first 8 entries of a dict.
+std::string list_entries(const Obj& dict) {
+  std::string keys;
   size_t listed = 0;
-  for (const auto& [k, v] : root->entries) {
+  for (const auto& [k, v] : dict->entries) {
     if (listed++ == 8) {
       keys += ", ...";
       break;
     }
     keys += (keys.empty() ? "" : ", ") + (k->kind == PyObj::kStr ? k->s : describe(k)) + ": " + describe(v);
   }
-  throw std::runtime_error(path +
-                           ": no state dict found (a dict whose values are all tensors, at the top level "
-                           "or under \"state_dict\", \"model\", \"state_dict_ema\" or \"model_ema\"); the " +
-                           "file holds a dict of " + std::to_string(root->entries.size()) + " entries {" +
-                           keys + "}" + kConvert);
+  return keys;
+}
+
+// The state dict in `root` (unpickled from `path`): `root` itself or the first of its wrapper entries
+// that is a dict of tensors.
+NamedTensors state_dict_of(const Obj& root, const std::string& path) {
+  NamedTensors tensors = tensors_of(root);
+  if (!tensors.empty()) return tensors;
+  if (root->kind == PyObj::kOpaque) {
+    const bool torchscript = root->s.rfind("__torch__.", 0) == 0;
+    RANZCR_FAIL(path, ": holds ", describe(root), ", not a state dict",
+                torchscript
+                    ? " (a TorchScript archive written by torch.jit.save); re-save its weights in "
+                      "Python: torch.save(torch.jit.load(PATH, map_location='cpu').state_dict(), "
+                      "'weights.pth')"
+                    : " (a whole model saved with torch.save(model)?); re-save its weights in Python: "
+                      "torch.save(torch.load(PATH, map_location='cpu', weights_only=False)"
+                      ".state_dict(), 'weights.pth')");
+  }
+  RANZCR_CHECK(root->kind == PyObj::kDict, path, ": holds ", describe(root),
+               ", not a state dict (a dict of tensors)");
+  for (const char* wrapper : {"state_dict", "model", "state_dict_ema", "model_ema"})
+    for (const auto& [k, v] : root->entries)
+      if (k->kind == PyObj::kStr && k->s == wrapper) {
+        tensors = tensors_of(v);
+        if (!tensors.empty()) return tensors;
+      }
+  RANZCR_FAIL(path,
+              ": no state dict found (a dict whose values are all tensors, at the top level or under "
+              "\"state_dict\", \"model\", \"state_dict_ema\" or \"model_ema\"); the file holds a dict of ",
+              root->entries.size(), " entries {", list_entries(root), "}", kConvert);
 }
 
 void strip_prefixes(NamedTensors& tensors) {
@@ -536,7 +174,7 @@ void strip_prefixes(NamedTensors& tensors) {
 
 FileFormat file_format(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path);
+  RANZCR_CHECK(in, "cannot open ", path);
   char head[9] = {};
   in.read(head, 9);
   const auto got = in.gcount();
@@ -553,18 +191,16 @@ NamedTensors read_weight_file(const std::string& path) {
   if (format == FileFormat::kSafetensors) {
     tensors = load_safetensors(path).tensors;
   } else if (format == FileFormat::kZipArchive) {
-    tensors = read_torch_save(path);
+    tensors = state_dict_of(unpickle_torch_save(path), path);
   } else if (format == FileFormat::kLegacyTorchSave) {
-    throw std::runtime_error(
-        path +
-        ": the legacy torch.save format (torch < 1.6, or _use_new_zipfile_serialization=False) "
-        "is not read; re-save it with torch >= 1.6: torch.save(torch.load(PATH, "
-        "map_location='cpu'), 'weights.pth'), or write safetensors");
+    RANZCR_FAIL(path,
+                ": the legacy torch.save format (torch < 1.6, or _use_new_zipfile_serialization=False) "
+                "is not read; re-save it with torch >= 1.6: torch.save(torch.load(PATH, "
+                "map_location='cpu'), 'weights.pth'), or write safetensors");
   } else {
-    throw std::runtime_error(path +
-                             ": neither a .safetensors file nor a torch.save archive (.pth/.bin, zip)");
+    RANZCR_FAIL(path, ": neither a .safetensors file nor a torch.save archive (.pth/.bin, zip)");
   }
-  if (tensors.empty()) throw std::runtime_error(path + ": holds no tensors");
+  RANZCR_CHECK(!tensors.empty(), path, ": holds no tensors");
   strip_prefixes(tensors);
   return tensors;
 }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -111,7 +112,7 @@ Config fold_config(Config config, int fold) {
 
 std::string fold_finished(const Config& fold_config) {
   const std::string last = (fs::path(fold_config.output.dir) / "checkpoints" / "last.pt").string();
-  if (fold_config.train.resume != "auto" || !fs::exists(last)) return "";
+  if (fold_config.train.resume != ResumeSetting::kAuto || !fs::exists(last)) return "";
   const CheckpointMeta meta = read_checkpoint_meta(last);
   // Another model's run is left to `train`, which says so.
   if (meta.model_name != fold_config.model.name || !run_finished(fold_config.train, meta)) return "";
@@ -145,6 +146,49 @@ CvReport write_out_of_fold(const Config& config, const torch::Device& device, Ru
   write_file_atomic((out / "oof.csv").string(), oof_csv(config, index, probs, fold_of));
   write_file_atomic((out / "cv.json").string(), cv_json(report, index.label_names).dump(2) + "\n");
   return report;
+}
+
+namespace {
+
+// Rank 0's answer, on every rank.
+std::string main_rank_answer(Collectives& collectives, const std::string& answer) {
+  torch::Tensor yes = torch::tensor({answer.empty() ? 0.0 : 1.0}, torch::kDouble);
+  collectives.broadcast(yes, 0);
+  return yes.item<double>() > 0 ? (answer.empty() ? std::string("finished on rank 0") : answer) : "";
+}
+
+// A stop request on any rank (the signal of this rank's, else SIGTERM), 0 for none.
+int stop_requested(Collectives& collectives, const std::atomic<int>* flag) {
+  const int local = flag ? flag->load() : 0;
+  torch::Tensor any = torch::tensor({local > 0 ? 1.0 : 0.0}, torch::kDouble);
+  collectives.all_reduce_sum(any);
+  return any.item<double>() > 0 ? (local > 0 ? local : SIGTERM) : 0;
+}
+
+}  // namespace
+
+CvResult run_cross_validation(const Config& config, Collectives& collectives, RunLog& log,
+                              const TrainOptions& options) {
+  CvResult result;
+  for (int k = 0; k < config.data.folds; ++k) {
+    const Config fold = fold_config(config, k);
+    const std::string name = "cv: fold " + std::to_string(k) + " of " + std::to_string(config.data.folds);
+    const std::string done = main_rank_answer(collectives, collectives.is_main() ? fold_finished(fold) : "");
+    if (!done.empty()) {
+      log.info(name + ": already finished (" + done + ") in " + fold.output.dir + "; not trained again");
+      continue;
+    }
+    if ((result.stopped_by_signal = stop_requested(collectives, options.stop_signal))) return result;
+    log.info(name + ": training in " + fold.output.dir);
+    const TrainSummary summary = train(fold, collectives, log, options);
+    if ((result.stopped_by_signal = summary.stopped_by_signal)) return result;
+    if (!summary.already_finished)
+      log.info(name + ": done, best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " +
+               fold.output.dir);
+  }
+  if ((result.stopped_by_signal = stop_requested(collectives, options.stop_signal))) return result;
+  if (collectives.is_main()) result.report = write_out_of_fold(config, options.device, log);
+  return result;
 }
 
 }  // namespace ranzcr

@@ -1,8 +1,10 @@
-// k-fold cross-validation (`ranzcr cv`): the fold run folders, whether a fold is done, and the
-// out-of-fold predictions of the fold models (oof.csv, cv.json).
+// k-fold cross-validation (`ranzcr cv`): the fold loop, the fold run folders, whether a fold is done,
+// and the out-of-fold predictions of the fold models (oof.csv, cv.json).
 #pragma once
 
 #include <torch/types.h>
+
+#include <optional>
 
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "engine/config/config.h"
 #include "engine/report/metrics.h"
 #include "engine/report/run_log.h"
+#include "engine/train/trainer.h"
 
 namespace ranzcr {
 
@@ -46,5 +49,17 @@ struct CvReport {
 /// `output.dir`/cv.json (auc_mean and auc per label of those probabilities, each fold's report,
 /// num_images). `config` is the cv run's (data.folds >= 2, every fold trained).
 CvReport write_out_of_fold(const Config& config, const torch::Device& device, RunLog& log);
+
+struct CvResult {
+  int stopped_by_signal = 0;       // non-zero: a stop request ended it (the fold's last.pt saved)
+  std::optional<CvReport> report;  // the out-of-fold report (main rank, when every fold is trained)
+};
+
+/// `ranzcr cv` on every rank of a job: trains each fold of data.folds in turn in this process group (a
+/// train run of fold_config, skipped when fold_finished says so on the main rank), then the main rank
+/// writes the out-of-fold predictions on `options.device` (write_out_of_fold). A stop request
+/// (options.stop_signal on any rank) ends it after the fold's last.pt is saved.
+CvResult run_cross_validation(const Config& config, Collectives& collectives, RunLog& log,
+                              const TrainOptions& options);
 
 }  // namespace ranzcr

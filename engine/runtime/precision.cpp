@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "distributed/world.h"
+#include "engine/config/check.h"
 #include "engine/config/config.h"
 #include "engine/runtime/cuda_support.h"
 
@@ -35,18 +36,21 @@ torch::Device resolve_device(const std::string& setting, int local_rank, int loc
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index));
 }
 
-Precision resolve_precision(const std::string& name, const torch::Device& device) {
+Precision resolve_precision(PrecisionSetting setting, const torch::Device& device) {
   const bool gpu_bf16 = device.is_cuda() && cuda::bf16_supported(device);
-  if (name == "auto") return gpu_bf16 ? Precision::kBf16 : Precision::kFp32;
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "fp16") return Precision::kFp16;
-  if (name == "bf16") {
-    if (device.is_cuda() && !gpu_bf16)
-      throw std::runtime_error("train.precision bf16: GPU " + device.str() +
-                               " has no bf16 support (compute capability < 8.0); use fp16 or auto");
-    return Precision::kBf16;
+  switch (setting) {
+    case PrecisionSetting::kAuto:
+      return gpu_bf16 ? Precision::kBf16 : Precision::kFp32;
+    case PrecisionSetting::kFp16:
+      return Precision::kFp16;
+    case PrecisionSetting::kBf16:
+      RANZCR_CHECK(!device.is_cuda() || gpu_bf16, "train.precision bf16: GPU ", device.str(),
+                   " has no bf16 support (compute capability < 8.0); use fp16 or auto");
+      return Precision::kBf16;
+    case PrecisionSetting::kFp32:
+      break;
   }
-  throw std::runtime_error("train.precision '" + name + "': expected auto, fp32, bf16 or fp16");
+  return Precision::kFp32;
 }
 
 std::string precision_name(Precision precision) {
@@ -60,15 +64,12 @@ std::string precision_name(Precision precision) {
   }
 }
 
-bool resolve_on_for_cuda(const std::string& key, const std::string& setting, const torch::Device& device) {
-  if (setting == "auto") return device.is_cuda();
-  if (setting == "true") return true;
-  if (setting == "false") return false;
-  throw std::runtime_error(key + " '" + setting + "': expected auto, true or false");
+bool resolve_on_for_cuda(OnOffAuto setting, const torch::Device& device) {
+  return setting == OnOffAuto::kAuto ? device.is_cuda() : setting == OnOffAuto::kTrue;
 }
 
-bool resolve_channels_last(const std::string& setting, const torch::Device& device) {
-  return resolve_on_for_cuda("train.channels_last", setting, device);
+bool resolve_channels_last(OnOffAuto setting, const torch::Device& device) {
+  return resolve_on_for_cuda(setting, device);
 }
 
 void set_memory_format(torch::nn::Module& module, bool channels_last) {

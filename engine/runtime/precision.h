@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "engine/config/config.h"
+
 namespace ranzcr {
 
 /// train.device (auto | cpu | cuda | cuda:N) for local rank `local_rank` of the `local_world_size` ranks
@@ -19,19 +21,17 @@ torch::Device resolve_device(const std::string& setting, int local_rank, int loc
 
 enum class Precision { kFp32, kBf16, kFp16 };
 
-/// train.precision (auto | fp32 | bf16 | fp16) for `device`: auto is bf16 on a GPU that has bf16
-/// tensor cores, else fp32 (so always fp32 on a CPU). Throws for an unknown name, and for bf16 asked
-/// on a GPU without it.
-Precision resolve_precision(const std::string& name, const torch::Device& device);
+/// train.precision for `device`: auto is bf16 on a GPU that has bf16 tensor cores, else fp32 (so always
+/// fp32 on a CPU). Throws for bf16 asked on a GPU without it.
+Precision resolve_precision(PrecisionSetting setting, const torch::Device& device);
 std::string precision_name(Precision precision);
 
-/// A setting named `key` of auto | true | false whose auto means on for CUDA devices, off on CPUs
-/// (train.channels_last, optim.fused).
-bool resolve_on_for_cuda(const std::string& key, const std::string& setting, const torch::Device& device);
+/// An auto | true | false setting whose auto means on for CUDA devices, off on CPUs (train.channels_last,
+/// optim.fused).
+bool resolve_on_for_cuda(OnOffAuto setting, const torch::Device& device);
 
-/// train.channels_last (auto | true | false): auto is on for CUDA devices (conv nets run faster in NHWC
-/// with cuDNN), off on CPUs.
-bool resolve_channels_last(const std::string& setting, const torch::Device& device);
+/// train.channels_last: auto is on for CUDA devices (conv nets run faster in NHWC with cuDNN), off on CPUs.
+bool resolve_channels_last(OnOffAuto setting, const torch::Device& device);
 
 /// Puts every 4-d parameter and buffer of `module` in channels_last (NHWC) or back to contiguous.
 void set_memory_format(torch::nn::Module& module, bool channels_last);

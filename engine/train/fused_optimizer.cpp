@@ -223,7 +223,7 @@ namespace {
 // per-parameter step on a CPU (where nothing is launched, and the numbers stay LibTorch's).
 bool use_fused_kernels(const OptimConfig& o, const std::vector<torch::Tensor>& parameters) {
   const torch::Device device = parameters.empty() ? torch::Device(torch::kCPU) : parameters.front().device();
-  return resolve_on_for_cuda("optim.fused", o.fused, device);
+  return resolve_on_for_cuda(o.fused, device);
 }
 
 }  // namespace
@@ -231,7 +231,7 @@ bool use_fused_kernels(const OptimConfig& o, const std::vector<torch::Tensor>& p
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimConfig& o,
                                                         std::vector<torch::Tensor> parameters) {
   const bool fused = use_fused_kernels(o, parameters);
-  if (o.name == "sgd")
+  if (o.name == OptimizerName::kSgd)
     return std::make_unique<FusedSgd>(
         parameters,
         torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(true).weight_decay(o.weight_decay),

@@ -91,7 +91,7 @@ StepOptions step_options(const Config& config, const torch::Device& device) {
 DdpOptions ddp_options(const Config& config) {
   DdpOptions o;
   o.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * 1024 * 1024);
-  o.broadcast_buffers = config.distributed.bn_sync == "broadcast";
+  o.broadcast_buffers = config.distributed.bn_sync == BnSync::kBroadcast;
   return o;
 }
 

@@ -150,7 +150,7 @@ std::string Trainer::resume_source() {
       torch::tensor({collectives_.is_main() && fs::exists(last) ? 1.0 : 0.0}, torch::kDouble);
   collectives_.broadcast(found, 0);
   if (found.item<double>() == 0) return "";
-  if (config_.train.resume == "auto") return last;
+  if (config_.train.resume == ResumeSetting::kAuto) return last;
   if (collectives_.is_main()) {
     std::string what = "a previous run";
     try {

@@ -227,7 +227,7 @@ void Trainer::save(const std::vector<std::string>& paths) {
 
 // BatchNorm statistics agree on every rank before evaluation and checkpoints.
 void Trainer::sync_buffers() {
-  if (config_.distributed.bn_sync == "broadcast")
+  if (config_.distributed.bn_sync == BnSync::kBroadcast)
     ddp_->before_forward();
   else
     ddp_->average_buffers();

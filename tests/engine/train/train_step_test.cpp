@@ -123,13 +123,13 @@ TEST(LossScaler, InfOrNanGradientsAreFoundAndBackOff) {
 }
 
 TEST(Precision, ResolvesPerDevice) {
-  EXPECT_EQ(resolve_precision("auto", torch::kCPU), Precision::kFp32);
-  EXPECT_EQ(resolve_precision("bf16", torch::kCPU), Precision::kBf16);
-  EXPECT_EQ(resolve_precision("fp16", torch::kCPU), Precision::kFp16);
-  EXPECT_THROW(resolve_precision("fp8", torch::kCPU), std::runtime_error);
-  EXPECT_FALSE(resolve_channels_last("auto", torch::kCPU));
-  EXPECT_TRUE(resolve_channels_last("true", torch::kCPU));
-  EXPECT_THROW(resolve_channels_last("yes", torch::kCPU), std::runtime_error);
+  EXPECT_EQ(resolve_precision(parse_setting<PrecisionSetting>("p", "auto"), torch::kCPU), Precision::kFp32);
+  EXPECT_EQ(resolve_precision(parse_setting<PrecisionSetting>("p", "bf16"), torch::kCPU), Precision::kBf16);
+  EXPECT_EQ(resolve_precision(parse_setting<PrecisionSetting>("p", "fp16"), torch::kCPU), Precision::kFp16);
+  EXPECT_THROW(parse_setting<PrecisionSetting>("p", "fp8"), std::runtime_error);
+  EXPECT_FALSE(resolve_channels_last(parse_setting<OnOffAuto>("c", "auto"), torch::kCPU));
+  EXPECT_TRUE(resolve_channels_last(parse_setting<OnOffAuto>("c", "true"), torch::kCPU));
+  EXPECT_THROW(parse_setting<OnOffAuto>("c", "yes"), std::runtime_error);
 }
 
 TEST(Autocast, Bf16InsideTheGuardFp32AfterIt) {

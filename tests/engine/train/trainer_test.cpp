@@ -271,7 +271,7 @@ TEST_F(TrainerTest, AutoResumeContinuesTheRunFolder) {
   EXPECT_EQ(test::read_file(out + "/checkpoints/last.pt"), before);
 
   Config fresh = config(out, 1);
-  fresh.train.resume = "never";
+  fresh.train.resume = ResumeSetting::kNever;
   train(fresh, *coll, log, TrainOptions{});
   EXPECT_EQ(epochs(), (std::vector<int64_t>{1}));
   EXPECT_EQ(read_checkpoint_meta(out + "/checkpoints/last.pt").epoch, 1);

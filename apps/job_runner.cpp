@@ -1,0 +1,215 @@
+#include "apps/job_runner.h"
+
+#include <torch/cuda.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include <unistd.h>
+
+#include "apps/stop_signals.h"
+#include "data/dataset_index.h"
+#include "data/synth.h"
+#include "distributed/launcher.h"
+#include "distributed/process_group.h"
+#include "distributed/world.h"
+#include "engine/runtime/cuda_support.h"
+#include "engine/runtime/precision.h"
+
+namespace fs = std::filesystem;
+
+namespace ranzcr {
+
+int hardware_threads() {
+  static const int n = usable_cpus(current_environment());
+  return n;
+}
+
+void apply_threads(const Config& config) {
+  if (config.train.num_threads > 0) torch::set_num_threads(config.train.num_threads);
+}
+
+// In a terminal: one line updated in place; in a log: a line per quarter.
+void print_progress(int64_t done, int64_t total) {
+  static const bool tty = ::isatty(STDOUT_FILENO);
+  static int64_t last_quarter = -1;
+  if (tty) {
+    std::cout << "\rsynth: " << done << "/" << total << " images" << (done == total ? "\n" : "")
+              << std::flush;
+  } else if (done * 4 / std::max<int64_t>(total, 1) != last_quarter) {
+    last_quarter = done * 4 / std::max<int64_t>(total, 1);
+    std::cout << "synth: " << done << "/" << total << " images" << std::endl;
+  }
+}
+
+namespace {
+
+// NCCL needs GPUs and a LibTorch built with it.
+void require_usable_backend(const std::string& backend) {
+  if (backend != "nccl") return;
+  if (!torch::cuda::is_available())
+    throw std::runtime_error("distributed.backend nccl needs GPUs; none is visible (use gloo or auto)");
+  if (!nccl_available())
+    throw std::runtime_error(
+        "distributed.backend nccl: this LibTorch was built without NCCL (use gloo or auto)");
+}
+
+int visible_gpus() {
+  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+}
+
+// Where a process of `world` runs: its device (train.device) and, in a process group, the backend.
+struct Placement {
+  torch::Device device = torch::kCPU;
+  std::string backend;  // "" for a single process (launcher "single": no process group)
+};
+
+// Throws one clear line when train.device or the backend cannot work here: cuda without a GPU, cuda:N
+// out of range or shared, NCCL without GPUs or with ranks truly sharing a GPU (more ranks on the node
+// than GPUs, unless each rank was given its own: srun --gpus-per-task, CUDA_VISIBLE_DEVICES per rank).
+Placement place(const Config& config, const WorldInfo& world, const EnvMap& env) {
+  const int gpus = visible_gpus();
+  const bool own = gpus_assigned_per_rank(env, world);
+  Placement p;
+  p.device = resolve_device(config.train.device, world.local_rank, world.local_world_size, gpus, own);
+  if (world.launcher == "single") return p;
+  p.backend = resolve_backend(setting_name(config.distributed.backend), p.device);
+  require_usable_backend(p.backend);
+  if (p.backend == "nccl" && local_ranks_share_gpu(world.local_world_size, gpus, own))
+    throw std::runtime_error(
+        std::to_string(world.local_world_size) + " ranks on this node share " + std::to_string(gpus) +
+        " visible GPU(s): NCCL refuses two ranks on one GPU (use at most one process per "
+        "GPU, distributed.backend gloo, or train.device cpu)");
+  return p;
+}
+
+// Settles this process on `device` (the current CUDA device before any CUDA allocation).
+torch::Device settle(const torch::Device& device) {
+  cuda::set_device(device);
+  return device;
+}
+
+bool same_folder(const std::string& a, const std::string& b) {
+  auto norm = [](const std::string& p) { return fs::absolute(fs::path(p) / "").lexically_normal(); };
+  return norm(a) == norm(b);
+}
+
+// Makes sure data.root holds a data set: generates the synthetic one when the config asks for it and
+// data.root is where it lives (synth.root; never into a mistyped data.root), otherwise explains how to
+// get the data.
+void ensure_dataset(const Config& config, RunLog& log) {
+  const fs::path root(config.data.root);
+  if (fs::exists(train_csv_path(config.data))) return;
+  const SynthConfig& synth = config.synth;
+  if (!synth.generate_if_missing || !same_folder(synth.root, config.data.root)) {
+    const std::string note =
+        synth.generate_if_missing
+            ? " (the synthetic data set is generated only in synth.root, " + synth.root + ")"
+            : "";
+    throw std::runtime_error(
+        "data set not found: " + train_csv_path(config.data) +
+        " (data.root). Put the Kaggle RANZCR CLiP data there (train.csv and train/), or generate a synthetic "
+        "stand-in with: ./ranzcr synth --out " +
+        root.string() + note);
+  }
+  if (fs::exists(root))
+    throw std::runtime_error(root.string() + " exists but has no " + config.data.train_csv);
+  log.info("generating the synthetic data set in " + root.string() + " (" +
+           std::to_string(config.synth.num_images) + " images, " + std::to_string(config.synth.image_size) +
+           " px, seed " + std::to_string(config.synth.seed) + "); done once");
+  generate_synthetic(root.string(), config.synth, hardware_threads(), print_progress);
+}
+
+int workers_per_node(const Config& config) {
+  const std::string& n = config.distributed.nproc_per_node;
+  if (n != "auto") return std::stoi(n);
+  const DeviceSetting d = parse_device_setting(config.train.device);  // cpu or one GPU: one process
+  return d.type == "cpu" || d.index >= 0 ? 1 : std::max(1, visible_gpus());
+}
+
+// One process of a multi-process job (started by us, torchrun, srun or a PyTorchJob).
+int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, bool needs_dataset,
+               const JobBody& body) {
+  const Placement placement = place(config, world, env);
+  const torch::Device device = settle(placement.device);
+  // Share the cores among this node's workers (torchrun sets OMP_NUM_THREADS for the same reason).
+  if (config.train.num_threads == 0)
+    torch::set_num_threads(std::max(1, hardware_threads() / world.local_world_size));
+  ProcessGroupOptions pgo;
+  pgo.backend = placement.backend;
+  pgo.init_method = config.distributed.init_method;
+  pgo.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_seconds * 1000));
+  pgo.device = device;
+  RunLog log(world.rank == 0);
+  auto collectives = init_process_group(world, pgo);
+  log.info("distributed: world size " + std::to_string(world.world_size) + ", " +
+           std::to_string(world.local_world_size) + " ranks per node, backend " + pgo.backend + ", device " +
+           device.str() + ", init " +
+           (pgo.init_method == "env://"
+                ? "env://" + world.master_addr + ":" + std::to_string(world.master_port)
+                : pgo.init_method) +
+           ", launcher " + world.launcher +
+           (collectives->transport().empty() ? "" : ", " + collectives->transport()));
+  if (world.local_rank == 0 && needs_dataset) ensure_dataset(config, log);  // one copy per node
+  collectives->barrier();
+  install_stop_handlers();
+  const int status = body(config, *collectives, log, device);
+  collectives->shutdown();
+  return status;
+}
+
+}  // namespace
+
+// Runs `body` as this process's share of the job the config and environment describe: a worker under
+// an external launcher, one process, or the launcher of this node's workers (which re-run `argv`).
+// `needs_dataset`: the job reads the config's training data set (generated first when it is synthetic).
+int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body,
+            bool needs_dataset) {
+  const EnvMap env = current_environment();
+  const std::string& nproc = config.distributed.nproc_per_node;
+  // Under Slurm, one task per node that starts its own workers is asked for with nproc_per_node > 1.
+  const bool slurm_tasks_are_nodes = nproc != "auto" && std::stoi(nproc) > 1;
+  if (auto world = worker_from_env(env, slurm_tasks_are_nodes))
+    return run_worker(config, *world, env, needs_dataset, body);
+
+  const int nproc_here = workers_per_node(config);
+  const NodePlan plan = node_plan_from_env(env, slurm_tasks_are_nodes);
+  RunLog log(true);
+  if (nproc_here == 1 && plan.nnodes == 1) {  // one process: no process group at all
+    const torch::Device device = settle(place(config, WorldInfo{}, env).device);
+    if (needs_dataset) ensure_dataset(config, log);
+    install_stop_handlers();
+    auto collectives = make_local_collectives();
+    return body(config, *collectives, log, device);
+  }
+  // Launcher: check what can be checked once here (one error line, not one per worker), then start
+  // this node's workers.
+  WorldInfo workers;
+  workers.launcher = "self";
+  workers.local_world_size = nproc_here;
+  workers.world_size = nproc_here * plan.nnodes;
+  place(config, workers, env);
+  if (needs_dataset) {
+    ensure_dataset(config, log);
+    load_train_index(config.data, index_options(config.data));
+  }
+  LaunchOptions lo;
+  lo.args = argv;
+  lo.nproc = nproc_here;
+  lo.node = plan;
+  lo.grace_seconds = config.distributed.grace_seconds;
+  const std::string& init = config.distributed.init_method;
+  lo.host_store = init == "env://" || init == "env";
+  log.info("launching " + std::to_string(nproc_here) + " workers on node " + std::to_string(plan.node_rank) +
+           " of " + std::to_string(plan.nnodes) + " (" + plan.source + ")");
+  return launch_workers(lo);
+}
+
+Config job_config(const std::string& path, std::vector<std::string> sets, const std::string& nproc_per_node) {
+  if (!nproc_per_node.empty()) sets.push_back("distributed.nproc_per_node=" + nproc_per_node);
+  Config config = load_config(path, sets);
+  apply_threads(config);
+  return config;
+}
+
+}  // namespace ranzcr

@@ -1,0 +1,42 @@
+// Running a job (train, cv, bench, evaluate, predict) as this process's share of what the config and
+// the environment describe: one process, a worker under a launcher (ours, torchrun, srun, a PyTorchJob),
+// or the launcher of this node's workers, which re-run the same command line. Also where each process
+// runs (train.device, the backend) and the data set a job needs (generated when it is the synthetic one).
+#pragma once
+
+#include <torch/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "distributed/collectives.h"
+#include "engine/config/config.h"
+#include "engine/report/run_log.h"
+
+namespace ranzcr {
+
+/// What a job runs on every process, on `device`. Returns the exit status.
+using JobBody = std::function<int(const Config&, Collectives&, RunLog&, const torch::Device&)>;
+
+/// Runs `body` as this process's share of the job: a worker (joins the process group), one process (no
+/// process group), or the launcher of this node's workers, which re-run `argv` (the command line after
+/// the program name). `needs_dataset`: the job reads the config's training data set (generated first
+/// when it is the synthetic one). Installs the stop-signal handlers (stop_signals.h) before `body`.
+int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body,
+            bool needs_dataset = true);
+
+/// The config file with `sets` and --nproc-per-node applied, and train.num_threads in effect.
+Config job_config(const std::string& path, std::vector<std::string> sets, const std::string& nproc_per_node);
+
+/// train.num_threads in effect (when set).
+void apply_threads(const Config& config);
+
+/// The CPUs this process may use (affinity, cgroup quota, Slurm's --cpus-per-task).
+int hardware_threads();
+
+/// Progress of synthetic-data generation: in a terminal one line updated in place, in a log a line per
+/// quarter.
+void print_progress(int64_t done, int64_t total);
+
+}  // namespace ranzcr
