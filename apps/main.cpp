@@ -2,7 +2,11 @@
 #include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "apps/commands.h"
 
@@ -26,12 +30,8 @@ std::string command_problem(CLI::App& app, int argc, char** argv) {
   return "unknown command '" + word + "'; the commands are " + names + " (see ranzcr --help)";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"ranzcr: train, evaluate and predict chest X-ray tube/line classifiers"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", ranzcr::version_text());
+// The subcommands, each with its options, and what runs when it is the one given.
+struct Commands {
   ranzcr::TrainArgs train;
   ranzcr::EvalArgs eval, pred;
   ranzcr::SynthArgs synth;
@@ -39,70 +39,108 @@ int main(int argc, char** argv) {
   ranzcr::PlotArgs plot;
   ranzcr::ExportArgs exp;
   ranzcr::CvArgs cv;
+  std::vector<std::pair<CLI::App*, std::function<int()>>> runs;
 
+  void add(CLI::App* sub, std::function<int()> run) { runs.emplace_back(sub, std::move(run)); }
+};
+
+void add_train(CLI::App& app, Commands& c) {
   auto* t = app.add_subcommand("train", "Train a model from a YAML config");
-  t->add_option("--config", train.config, "YAML config file")->required();
-  t->add_option("--set", train.sets, "Override a config key: --set train.epochs=3 (value parsed as YAML)");
-  t->add_option("--resume", train.resume, "Resume from a checkpoint (model, optimizer, schedule, epoch)");
-  t->add_option("--nproc-per-node", train.nproc_per_node, "Worker processes on this node: N or auto");
+  t->add_option("--config", c.train.config, "YAML config file")->required();
+  t->add_option("--set", c.train.sets, "Override a config key: --set train.epochs=3 (value parsed as YAML)");
+  t->add_option("--resume", c.train.resume, "Resume from a checkpoint (model, optimizer, schedule, epoch)");
+  t->add_option("--nproc-per-node", c.train.nproc_per_node, "Worker processes on this node: N or auto");
+  c.add(t, [&c] { return ranzcr::run_train(c.train); });
+}
 
+// The options evaluate and predict share: the models, the config, TTA, workers.
+void add_model_options(CLI::App* sub, ranzcr::EvalArgs& a) {
+  sub->add_option("--config", a.config, "YAML config (default: the first model's resolved config)");
+  sub->add_option("--set", a.sets, "Override a config key");
+  sub->add_option("--checkpoint", a.checkpoints,
+                  "Checkpoint (.pt) or exported .safetensors file; repeat it for an ensemble");
+  sub->add_option("--checkpoints-from", a.checkpoints_from,
+                  "Run folder: its checkpoints/best.pt, or a cv folder's every fold_K/checkpoints/best.pt");
+}
+
+void add_evaluate_predict(CLI::App& app, Commands& c) {
   auto* e = app.add_subcommand("evaluate", "Score a checkpoint: per-label and mean ROC AUC, loss");
-  e->add_option("--config", eval.config, "YAML config (default: the first model's resolved config)");
-  e->add_option("--set", eval.sets, "Override a config key");
-  e->add_option("--checkpoint", eval.checkpoints,
-                "Checkpoint (.pt) or exported .safetensors file; repeat it for an ensemble");
-  e->add_option("--checkpoints-from", eval.checkpoints_from,
-                "Run folder: its checkpoints/best.pt, or a cv folder's every fold_K/checkpoints/best.pt");
-  e->add_option("--csv", eval.csv, "Labelled CSV to evaluate on (default: the config's validation split)");
-  e->add_option("--images", eval.images, "Image folder for --csv");
-  e->add_option("--out", eval.out, "Write metrics JSON here");
-  e->add_flag("--tta", eval.tta, "Average with the horizontally flipped image");
-  e->add_option("--nproc-per-node", eval.nproc_per_node, "Worker processes sharing the images: N or auto");
+  add_model_options(e, c.eval);
+  e->add_option("--csv", c.eval.csv, "Labelled CSV to evaluate on (default: the config's validation split)");
+  e->add_option("--images", c.eval.images, "Image folder for --csv");
+  e->add_option("--out", c.eval.out, "Write metrics JSON here");
+  e->add_flag("--tta", c.eval.tta, "Average with the horizontally flipped image");
+  e->add_option("--nproc-per-node", c.eval.nproc_per_node, "Worker processes sharing the images: N or auto");
+  c.add(e, [&c] { return ranzcr::run_evaluate(c.eval); });
 
   auto* p = app.add_subcommand("predict", "Write a Kaggle submission CSV of probabilities");
-  p->add_option("--config", pred.config, "YAML config (default: the first model's resolved config)");
-  p->add_option("--set", pred.sets, "Override a config key");
-  p->add_option("--checkpoint", pred.checkpoints,
-                "Checkpoint (.pt) or exported .safetensors file; repeat it for an ensemble");
-  p->add_option("--checkpoints-from", pred.checkpoints_from,
-                "Run folder: its checkpoints/best.pt, or a cv folder's every fold_K/checkpoints/best.pt");
-  p->add_option("--images", pred.images, "Image folder (every <id><data.image_ext> in it)")->required();
-  p->add_option("--csv", pred.csv, "Predict only the ids listed in this CSV (e.g. sample_submission.csv)");
-  p->add_option("--out", pred.out, "Submission CSV to write")->required();
-  p->add_flag("--tta", pred.tta, "Average with the horizontally flipped image");
-  p->add_option("--nproc-per-node", pred.nproc_per_node, "Worker processes sharing the images: N or auto");
+  add_model_options(p, c.pred);
+  p->add_option("--images", c.pred.images, "Image folder (every <id><data.image_ext> in it)")->required();
+  p->add_option("--csv", c.pred.csv, "Predict only the ids listed in this CSV (e.g. sample_submission.csv)");
+  p->add_option("--out", c.pred.out, "Submission CSV to write")->required();
+  p->add_flag("--tta", c.pred.tta, "Average with the horizontally flipped image");
+  p->add_option("--nproc-per-node", c.pred.nproc_per_node, "Worker processes sharing the images: N or auto");
+  c.add(p, [&c] { return ranzcr::run_predict(c.pred); });
+}
 
-  auto* c = app.add_subcommand("cv", "Train every fold of data.folds, then out-of-fold predictions");
-  c->add_option("--config", cv.config, "YAML config file (data.folds >= 2)")->required();
-  c->add_option("--set", cv.sets, "Override a config key: --set data.folds=5");
-  c->add_option("--nproc-per-node", cv.nproc_per_node, "Worker processes per fold on this node: N or auto");
-
-  auto* s = app.add_subcommand("synth", "Generate a synthetic RANZCR-shaped data set (Kaggle layout)");
-  s->add_option("--out", synth.out, "Output folder (must not exist)")->required();
-  s->add_option("--num-images", synth.num_images, "Training studies")->check(CLI::Range(10, 10000000));
-  s->add_option("--num-test-images", synth.num_test_images, "Test studies")->check(CLI::Range(0, 10000000));
-  s->add_option("--image-size", synth.image_size, "Image side, pixels")->check(CLI::Range(64, 4096));
-  s->add_option("--seed", synth.seed, "Generator seed");
-  s->add_option("--threads", synth.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
+void add_cv_bench(CLI::App& app, Commands& c) {
+  auto* cv = app.add_subcommand("cv", "Train every fold of data.folds, then out-of-fold predictions");
+  cv->add_option("--config", c.cv.config, "YAML config file (data.folds >= 2)")->required();
+  cv->add_option("--set", c.cv.sets, "Override a config key: --set data.folds=5");
+  cv->add_option("--nproc-per-node", c.cv.nproc_per_node,
+                 "Worker processes per fold on this node: N or auto");
+  c.add(cv, [&c] { return ranzcr::run_cv(c.cv); });
 
   auto* b = app.add_subcommand("bench", "Images per second of a config: loader, compute, end to end");
-  b->add_option("--config", bench.config, "YAML config file")->required();
-  b->add_option("--set", bench.sets, "Override a config key");
-  b->add_option("--steps", bench.steps, "Timed batches/steps per figure")->check(CLI::Range(1, 1000000));
-  b->add_option("--warmup", bench.warmup, "Untimed batches/steps before each figure")
+  b->add_option("--config", c.bench.config, "YAML config file")->required();
+  b->add_option("--set", c.bench.sets, "Override a config key");
+  b->add_option("--steps", c.bench.steps, "Timed batches/steps per figure")->check(CLI::Range(1, 1000000));
+  b->add_option("--warmup", c.bench.warmup, "Untimed batches/steps before each figure")
       ->check(CLI::Range(0, 1000000));
-  b->add_option("--out", bench.out, "Write the figures as JSON here");
-  b->add_option("--nproc-per-node", bench.nproc_per_node, "Worker processes on this node: N or auto");
+  b->add_option("--out", c.bench.out, "Write the figures as JSON here");
+  b->add_option("--nproc-per-node", c.bench.nproc_per_node, "Worker processes on this node: N or auto");
+  c.add(b, [&c] { return ranzcr::run_bench(c.bench); });
+}
+
+void add_tools(CLI::App& app, Commands& c) {
+  auto* s = app.add_subcommand("synth", "Generate a synthetic RANZCR-shaped data set (Kaggle layout)");
+  s->add_option("--out", c.synth.out, "Output folder (must not exist)")->required();
+  s->add_option("--num-images", c.synth.num_images, "Training studies")->check(CLI::Range(10, 10000000));
+  s->add_option("--num-test-images", c.synth.num_test_images, "Test studies")->check(CLI::Range(0, 10000000));
+  s->add_option("--image-size", c.synth.image_size, "Image side, pixels")->check(CLI::Range(64, 4096));
+  s->add_option("--seed", c.synth.seed, "Generator seed");
+  s->add_option("--threads", c.synth.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  c.add(s, [&c] { return ranzcr::run_synth(c.synth); });
 
   auto* pl = app.add_subcommand("plot", "Redraw a run folder's PNG training curves from its metrics.jsonl");
-  pl->add_option("RUN_DIR", plot.run_dir, "Run folder (output.dir)")->required();
+  pl->add_option("RUN_DIR", c.plot.run_dir, "Run folder (output.dir)")->required();
+  c.add(pl, [&c] { return ranzcr::run_plot(c.plot); });
 
   auto* x =
       app.add_subcommand("export", "Write a checkpoint's weights as timm-named .safetensors with metadata");
-  x->add_option("--checkpoint", exp.checkpoint, "Checkpoint file (best.pt, last.pt, ...)")->required();
-  x->add_option("--out", exp.out, "The .safetensors file to write")->required();
+  x->add_option("--checkpoint", c.exp.checkpoint, "Checkpoint file (best.pt, last.pt, ...)")->required();
+  x->add_option("--out", c.exp.out, "The .safetensors file to write")->required();
+  c.add(x, [&c] { return ranzcr::run_export(c.exp); });
 
   auto* m = app.add_subcommand("models", "List the model names");
+  c.add(m, [] { return ranzcr::run_models(); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ranzcr: train, evaluate and predict chest X-ray tube/line classifiers"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", ranzcr::version_text());
+  Commands commands;
+  add_train(app, commands);
+  add_evaluate_predict(app, commands);
+  add_cv_bench(app, commands);
+  add_tools(app, commands);
+  // Workers started by the launcher re-run the same command line.
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  commands.train.argv = commands.eval.argv = commands.pred.argv = commands.cv.argv = commands.bench.argv =
+      args;
 
   if (const std::string problem = command_problem(app, argc, argv); !problem.empty()) {
     std::cerr << "error: " << problem << std::endl;
@@ -121,30 +159,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (t->parsed()) {
-      train.argv.assign(argv + 1, argv + argc);
-      return ranzcr::run_train(train);
-    }
-    if (e->parsed()) {
-      eval.argv.assign(argv + 1, argv + argc);
-      return ranzcr::run_evaluate(eval);
-    }
-    if (p->parsed()) {
-      pred.argv.assign(argv + 1, argv + argc);
-      return ranzcr::run_predict(pred);
-    }
-    if (c->parsed()) {
-      cv.argv.assign(argv + 1, argv + argc);
-      return ranzcr::run_cv(cv);
-    }
-    if (s->parsed()) return ranzcr::run_synth(synth);
-    if (b->parsed()) {
-      bench.argv.assign(argv + 1, argv + argc);
-      return ranzcr::run_bench(bench);
-    }
-    if (pl->parsed()) return ranzcr::run_plot(plot);
-    if (x->parsed()) return ranzcr::run_export(exp);
-    if (m->parsed()) return ranzcr::run_models();
+    for (const auto& [sub, run] : commands.runs)
+      if (sub->parsed()) return run();
   } catch (const c10::Error& ex) {
     std::cerr << "error: " << first_line(ex.what_without_backtrace()) << std::endl;
     return 1;

@@ -111,37 +111,20 @@ int pick(std::mt19937_64& rng, std::initializer_list<double> probs) {
   return i - 1;
 }
 
+double uniform(std::mt19937_64& rng, double lo, double hi) {
+  return std::uniform_real_distribution<double>(lo, hi)(rng);
+}
+
 class Renderer {
  public:
-  Renderer(int size, const Anatomy& a, std::mt19937_64& rng) : s_(size), a_(a), rng_(rng) {
+  Renderer(int size, const Anatomy& a) : s_(size), a_(a) {
     img_ = cv::Mat(size, size, CV_32F, cv::Scalar(0.06));
     devices_ = cv::Mat::zeros(size, size, CV_8U);
   }
-  double u(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng_); }
 
   void anatomy() {
-    const double cx = a_.cx, mid_y = 0.5 * (a_.clavicle_y + a_.diaphragm_y);
-    fill_ellipse({cx, 0.58}, {a_.body_w, 0.62}, 0.50);  // soft tissue
-    for (int side : {-1, 1})                            // lung fields
-      fill_ellipse({cx + side * (a_.lung_w + 0.03), mid_y}, {a_.lung_w, a_.lung_h}, 0.20);
-    fill_rect({cx - 0.05, 0.0}, {cx + 0.05, a_.diaphragm_y}, 0.52);               // mediastinum
-    fill_ellipse({cx + a_.heart_dx, a_.diaphragm_y - 0.09}, {0.14, 0.10}, 0.56);  // heart
-    fill_rect({cx - 0.022, 0.0}, {cx + 0.022, 1.0}, 0.66);                        // spine
-    for (double y = 0.02; y < 1.0; y += 0.034) fill_rect({cx - 0.022, y}, {cx + 0.022, y + 0.006}, 0.55);
-    cv::Mat ribs = cv::Mat::zeros(s_, s_, CV_32F);
-    const int thick = std::max(1, static_cast<int>(0.009 * s_));
-    for (int side : {-1, 1}) {
-      for (int k = 0; k < 10; ++k) {
-        const double y = a_.clavicle_y + 0.01 + k * a_.rib_gap * 0.8;
-        const cv::Point c = px({cx + side * 0.02, y + 0.05});
-        const cv::Size axes(static_cast<int>((a_.lung_w * 2 + 0.02) * s_), static_cast<int>(0.07 * s_));
-        cv::ellipse(ribs, c, axes, side < 0 ? 180.0 : 0.0, side < 0 ? 0 : -90, side < 0 ? 90 : 0, 0.11, thick,
-                    cv::LINE_AA);
-      }
-      cv::line(ribs, px({cx + side * 0.03, a_.clavicle_y}), px({cx + side * 0.27, a_.clavicle_y - 0.035}),
-               0.16, std::max(1, static_cast<int>(0.016 * s_)), cv::LINE_AA);  // clavicle
-    }
-    img_ += ribs;
+    body();
+    ribs_and_clavicles();
     cv::GaussianBlur(img_, img_, cv::Size(0, 0), 0.006 * s_ + 0.5);
   }
 
@@ -161,7 +144,7 @@ class Renderer {
     cv::GaussianBlur(dev, dev, cv::Size(0, 0), 0.0015 * s_ + 0.3);
     img_ += dev;
     cv::Mat n(s_, s_, CV_32F);
-    cv::randn(n, 0.0, noise);  // cv::RNG seeded below from the study's rng: deterministic
+    cv::randn(n, 0.0, noise);  // the thread's cv::RNG, seeded in render_study from the study's rng
     img_ = img_ * a_.exposure + n;
     cv::Mat out;
     img_.convertTo(out, CV_8U, 255.0);
@@ -169,6 +152,37 @@ class Renderer {
   }
 
  private:
+  // Soft tissue, lung fields, mediastinum, heart and spine.
+  void body() {
+    const double cx = a_.cx, mid_y = 0.5 * (a_.clavicle_y + a_.diaphragm_y);
+    fill_ellipse({cx, 0.58}, {a_.body_w, 0.62}, 0.50);  // soft tissue
+    for (int side : {-1, 1})                            // lung fields
+      fill_ellipse({cx + side * (a_.lung_w + 0.03), mid_y}, {a_.lung_w, a_.lung_h}, 0.20);
+    fill_rect({cx - 0.05, 0.0}, {cx + 0.05, a_.diaphragm_y}, 0.52);               // mediastinum
+    fill_ellipse({cx + a_.heart_dx, a_.diaphragm_y - 0.09}, {0.14, 0.10}, 0.56);  // heart
+    fill_rect({cx - 0.022, 0.0}, {cx + 0.022, 1.0}, 0.66);                        // spine
+    for (double y = 0.02; y < 1.0; y += 0.034) fill_rect({cx - 0.022, y}, {cx + 0.022, y + 0.006}, 0.55);
+  }
+
+  // Rib arcs and clavicles, drawn on their own layer and added to the image.
+  void ribs_and_clavicles() {
+    const double cx = a_.cx;
+    cv::Mat ribs = cv::Mat::zeros(s_, s_, CV_32F);
+    const int thick = std::max(1, static_cast<int>(0.009 * s_));
+    for (int side : {-1, 1}) {
+      for (int k = 0; k < 10; ++k) {
+        const double y = a_.clavicle_y + 0.01 + k * a_.rib_gap * 0.8;
+        const cv::Point c = px({cx + side * 0.02, y + 0.05});
+        const cv::Size axes(static_cast<int>((a_.lung_w * 2 + 0.02) * s_), static_cast<int>(0.07 * s_));
+        cv::ellipse(ribs, c, axes, side < 0 ? 180.0 : 0.0, side < 0 ? 0 : -90, side < 0 ? 90 : 0, 0.11, thick,
+                    cv::LINE_AA);
+      }
+      cv::line(ribs, px({cx + side * 0.03, a_.clavicle_y}), px({cx + side * 0.27, a_.clavicle_y - 0.035}),
+               0.16, std::max(1, static_cast<int>(0.016 * s_)), cv::LINE_AA);  // clavicle
+    }
+    img_ += ribs;
+  }
+
   cv::Point px(Pt p) const { return cv::Point(static_cast<int>(p.x * s_), static_cast<int>(p.y * s_)); }
   void fill_ellipse(Pt c, Pt axes, double value) {
     cv::ellipse(img_, px(c), cv::Size(static_cast<int>(axes.x * s_), static_cast<int>(axes.y * s_)), 0, 0,
@@ -178,9 +192,286 @@ class Renderer {
 
   int s_;
   const Anatomy& a_;
-  std::mt19937_64& rng_;
   cv::Mat img_, devices_;
 };
+
+// The patient's anatomy as seen in one study: shifted a little and exposed a little differently.
+Anatomy position_for_study(const Anatomy& base, std::mt19937_64& rng) {
+  Anatomy a = base;
+  std::normal_distribution<double> pos(0.0, 0.008);
+  a.cx += pos(rng);
+  const double dy = pos(rng);
+  a.carina_y += dy, a.diaphragm_y += dy, a.clavicle_y += dy;
+  a.exposure *= std::uniform_real_distribution<double>(0.92, 1.08)(rng);
+  return a;
+}
+
+// A device's label and its centre line (normalised coordinates).
+struct Device {
+  int label;
+  std::vector<Pt> path;
+};
+
+// Endotracheal tube: tip height above the carina decides the label.
+Device endotracheal_tube(std::mt19937_64& rng, const Anatomy& a) {
+  auto u = [&](double lo, double hi) { return uniform(rng, lo, hi); };
+  const double cx = a.cx, car = a.carina_y;
+  const int status = pick(rng, {0.04, 0.13, 0.83});  // abnormal, borderline, normal
+  const double x0 = cx + u(-0.01, 0.01);
+  std::vector<Pt> path;
+  if (status == 0 && u(0, 1) < 0.5) {  // too deep: into the right main bronchus
+    path =
+        smooth_path({{x0, -0.02}, {cx, car - 0.02}, {cx - u(0.04, 0.07), car + u(0.03, 0.06)}}, rng, 0.003);
+  } else {
+    double d;  // tip height above the carina
+    if (status == 0)
+      d = u(0.19, 0.26);
+    else if (status == 1)
+      d = u(0, 1) < 0.5 ? u(0.015, 0.04) : u(0.125, 0.16);
+    else
+      d = u(0.05, 0.12);
+    path = smooth_path({{x0, -0.02}, {cx + u(-0.008, 0.008), car - d}}, rng, 0.004);
+  }
+  return {kEttAbnormal + (status == 0 ? 0 : status == 1 ? 1 : 2), path};
+}
+
+// Nasogastric tube: down the oesophagus; the tip (or its absence) decides the label.
+Device nasogastric_tube(std::mt19937_64& rng, const Anatomy& a) {
+  auto u = [&](double lo, double hi) { return uniform(rng, lo, hi); };
+  const double cx = a.cx, car = a.carina_y, dia = a.diaphragm_y;
+  const int status = pick(rng, {0.045, 0.07, 0.325, 0.56});  // abnormal, borderline, incomplete, normal
+  const double ex = cx + u(0.008, 0.02);
+  std::vector<Pt> knots = {{ex, -0.02}, {ex, car}};
+  int label = kNgtNormal;
+  if (status == 0) {
+    label = kNgtAbnormal;
+    if (u(0, 1) < 0.6) {  // down the airway into the right lung
+      knots = {{cx, -0.02}, {cx, car - 0.01}, {cx - u(0.08, 0.14), car + u(0.1, 0.2)}};
+    } else {  // coiled in the oesophagus
+      const double yc = u(car - 0.05, dia - 0.12), rad = u(0.03, 0.05);
+      for (int k = 0; k <= 12; ++k)
+        knots.push_back({ex + rad * std::sin(k * 0.9), yc + 0.5 * rad * (1 - std::cos(k * 0.9))});
+    }
+  } else if (status == 1) {
+    label = kNgtBorderline;
+    knots.push_back({ex + 0.01, dia + u(-0.035, 0.02)});
+  } else if (status == 2) {
+    label = kNgtIncomplete;
+    knots.push_back({ex + 0.01, dia});
+    knots.push_back({cx + u(0.06, 0.12), 1.08});
+  } else {
+    knots.push_back({ex + 0.01, dia});
+    knots.push_back({cx + u(0.08, 0.16), std::min(0.95, dia + u(0.08, 0.16))});
+  }
+  return {label, smooth_path(knots, rng, 0.006)};
+}
+
+// A central venous catheter's course from its entry site (0 right IJ, 1 left IJ, 2 right subclavian,
+// 3 left subclavian) into the chest.
+std::vector<Pt> cvc_entry_course(int entry, std::mt19937_64& rng, const Anatomy& a) {
+  auto u = [&](double lo, double hi) { return uniform(rng, lo, hi); };
+  const double cx = a.cx, clav = a.clavicle_y;
+  if (entry == 0) return {{cx - u(0.08, 0.12), -0.02}, {cx - 0.06, clav + 0.02}};
+  if (entry == 1) return {{cx + u(0.08, 0.12), -0.02}, {cx + 0.05, clav + 0.03}, {cx - 0.02, clav + 0.06}};
+  if (entry == 2) return {{cx - u(0.3, 0.38), clav + 0.02}, {cx - 0.1, clav + 0.04}};
+  return {{cx + u(0.3, 0.38), clav + 0.03}, {cx + 0.05, clav + 0.05}, {cx - 0.02, clav + 0.07}};
+}
+
+// Extends a central venous catheter's `knots` from the SVC (at x = svc_x) to a tip placed for `status`
+// (0 abnormal, 1 borderline, 2 normal); returns the catheter's label.
+int cvc_tip_course(int status, double svc_x, std::mt19937_64& rng, const Anatomy& a, std::vector<Pt>* knots) {
+  auto u = [&](double lo, double hi) { return uniform(rng, lo, hi); };
+  const double cx = a.cx, car = a.carina_y, clav = a.clavicle_y;
+  int label = kCvcNormal;
+  if (status == 0) {
+    label = kCvcAbnormal;
+    const int kind = pick(rng, {0.4, 0.3, 0.3});
+    if (kind == 0) {  // turns up into the neck
+      knots->push_back({svc_x, clav + 0.08});
+      knots->push_back({svc_x - 0.03, clav + 0.03});
+      knots->push_back({svc_x - 0.05, clav - u(0.06, 0.12)});
+    } else if (kind == 1) {  // crosses into the opposite subclavian vein
+      knots->push_back({svc_x, clav + 0.08});
+      knots->push_back({cx + u(0.15, 0.25), clav + 0.04});
+    } else {  // far too deep, into the IVC
+      knots->push_back({svc_x, car});
+      knots->push_back({svc_x + 0.01, car + u(0.22, 0.28)});
+    }
+  } else {
+    double t;  // tip below the carina
+    if (status == 1) {
+      label = kCvcBorderline;
+      t = u(0, 1) < 0.6 ? u(-0.08, -0.035) : u(0.105, 0.15);
+    } else {
+      t = u(-0.01, 0.08);
+    }
+    knots->push_back({svc_x, car + std::min(t, 0.0) - 0.04});
+    knots->push_back({svc_x + u(-0.005, 0.005), car + t});
+  }
+  return label;
+}
+
+// Central venous catheter: entry site, course and tip position decide its label.
+Device central_venous_catheter(std::mt19937_64& rng, const Anatomy& a) {
+  const int status = pick(rng, {0.085, 0.24, 0.675});    // abnormal, borderline, normal
+  const int entry = pick(rng, {0.5, 0.15, 0.25, 0.10});  // right IJ, left IJ, right/left subclavian
+  const double svc_x = a.cx - uniform(rng, 0.035, 0.05);
+  std::vector<Pt> knots = cvc_entry_course(entry, rng, a);
+  const int label = cvc_tip_course(status, svc_x, rng, a, &knots);
+  return {label, smooth_path(knots, rng, 0.006)};
+}
+
+// Swan-Ganz catheter: through the right heart into the pulmonary artery.
+Device swan_ganz_catheter(std::mt19937_64& rng, const Anatomy& a) {
+  auto u = [&](double lo, double hi) { return uniform(rng, lo, hi); };
+  const double cx = a.cx, car = a.carina_y, clav = a.clavicle_y;
+  std::vector<Pt> knots = {{cx - u(0.08, 0.12), -0.02},
+                           {cx - 0.05, clav + 0.03},
+                           {cx - 0.045, car + 0.05},
+                           {cx - 0.02, car + u(0.16, 0.2)},
+                           {cx + 0.06, car + u(0.2, 0.24)},
+                           {cx + u(0.06, 0.08), car + 0.03},
+                           {cx + u(0.1, 0.14), car + u(-0.01, 0.03)}};
+  return {kSwanGanz, smooth_path(knots, rng, 0.008)};
+}
+
+// Study ids, the patient of every study and the train/test split of a data set being generated.
+struct SynthPlan {
+  uint64_t seed;
+  int image_size;
+  int64_t n_train, total;           // studies [0, n_train) are train, [n_train, total) test
+  std::vector<int64_t> patient_of;  // patient index of each study
+
+  bool is_test(int64_t i) const { return i >= n_train; }
+  std::string study_id(int64_t i) const {
+    return "1.2.826.0.1.3680043.8.498." + std::to_string(seed) + (i < n_train ? ".1" : ".2") +
+           std::to_string(100000 + i);
+  }
+  std::string patient_name(int64_t p) const {
+    std::ostringstream ss;
+    ss << std::hex << (mix_seed(seed, 4, p) & 0xFFFFFFFFFULL);
+    return ss.str();
+  }
+};
+
+SynthPlan make_plan(const SynthConfig& config) {
+  SynthPlan plan;
+  plan.seed = static_cast<uint64_t>(config.seed);
+  plan.image_size = config.image_size;
+  const int64_t n_train = config.num_images, n_test = config.num_test_images, total = n_train + n_test;
+  plan.n_train = n_train;
+  plan.total = total;
+  // Patients: about 9 studies each, as in the real set; test patients are distinct from train patients.
+  const int64_t train_patients = std::max<int64_t>(2, (n_train + 8) / 9);
+  const int64_t test_patients = std::max<int64_t>(1, (n_test + 8) / 9);
+  plan.patient_of.resize(total);
+  std::mt19937_64 prng(mix_seed(plan.seed, 3, 0));
+  for (int64_t i = 0; i < total; ++i)
+    plan.patient_of[i] = i < n_train ? static_cast<int64_t>(prng() % train_patients)
+                                     : train_patients + static_cast<int64_t>(prng() % test_patients);
+  return plan;
+}
+
+// Creates an empty temporary sibling of `out_dir` holding train/ and test/; returns its path.
+fs::path make_staging_folder(const std::string& out_dir) {
+  const fs::path final_dir(out_dir);
+  if (fs::exists(final_dir)) throw std::runtime_error("output folder already exists: " + out_dir);
+  if (final_dir.has_parent_path()) fs::create_directories(final_dir.parent_path());
+  const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp / "train");
+  fs::create_directories(tmp / "test");
+  return tmp;
+}
+
+// A study's train.csv / test_labels.csv row: id, the 11 labels, patient.
+std::string label_row(const SynthStudy& st) {
+  std::string row = st.id;
+  for (int v : st.labels) row += "," + std::to_string(v);
+  return row + "," + st.patient + "\n";
+}
+
+// A study's train_annotations.csv rows: one per device, its polyline as "[[x, y], [x, y], ...]".
+std::string annotation_rows(const SynthStudy& st) {
+  std::string rows;
+  for (const auto& an : st.annotations) {
+    std::string pts = "[";
+    for (size_t k = 0; k < an.polyline.size(); ++k)
+      pts += (k ? ", [" : "[") + std::to_string(an.polyline[k].x) + ", " + std::to_string(an.polyline[k].y) +
+             "]";
+    rows += st.id + "," + csv_escape(an.label) + "," + csv_escape(pts + "]") + "\n";
+  }
+  return rows;
+}
+
+// Renders study i, writes its JPEG under `dir` and returns its label and annotation rows.
+void render_and_save(const SynthPlan& plan, int64_t i, const fs::path& dir, std::string* row,
+                     std::string* ann_rows) {
+  const bool test = plan.is_test(i);
+  SynthStudy st = render_study(plan.seed, i, plan.patient_of[i], plan.image_size, test);
+  st.id = plan.study_id(i);
+  st.patient = plan.patient_name(plan.patient_of[i]);
+  const fs::path file = dir / (test ? "test" : "train") / (st.id + ".jpg");
+  if (!cv::imwrite(file.string(), st.image, {cv::IMWRITE_JPEG_QUALITY, 92}))
+    throw std::runtime_error("cannot write " + file.string());
+  *row = label_row(st);
+  *ann_rows = annotation_rows(st);
+}
+
+// Runs job(i) for every i in [0, total) on `num_threads` threads while the calling thread reports
+// progress. Returns the first exception a job threw (the jobs not yet started are then skipped).
+std::exception_ptr run_parallel(int64_t total, int num_threads, const std::function<void(int64_t)>& job,
+                                const std::function<void(int64_t, int64_t)>& progress) {
+  std::atomic<int64_t> next{0}, done{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    for (int64_t i = next++; i < total; i = next++) {
+      try {
+        job(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = total;
+      }
+      ++done;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::max(1, num_threads); ++t) threads.emplace_back(work);
+  while (done < total && !error) {
+    if (progress) progress(done, total);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  for (auto& t : threads) t.join();
+  return error;
+}
+
+// Writes train.csv, train_annotations.csv, sample_submission.csv and test_labels.csv into `dir`.
+void write_csv_files(const fs::path& dir, const SynthPlan& plan, const std::vector<std::string>& rows,
+                     const std::vector<std::string>& ann_rows) {
+  std::string label_header;
+  for (const auto& name : ranzcr_label_names()) label_header += "," + name;
+  std::ofstream train(dir / "train.csv"), ann(dir / "train_annotations.csv"),
+      sub(dir / "sample_submission.csv"), test_labels(dir / "test_labels.csv");
+  train << "StudyInstanceUID" << label_header << ",PatientID\n";
+  ann << "StudyInstanceUID,label,data\n";
+  sub << "StudyInstanceUID" << label_header << "\n";
+  test_labels << "StudyInstanceUID" << label_header << ",PatientID\n";
+  for (int64_t i = 0; i < plan.total; ++i) {
+    if (!plan.is_test(i)) {
+      train << rows[i];
+      ann << ann_rows[i];
+    } else {
+      test_labels << rows[i];
+      sub << plan.study_id(i) << ",0,0,0,0,0,0,0,0,0,0,0\n";
+    }
+  }
+  for (auto* f : {&train, &ann, &sub, &test_labels}) {
+    f->close();
+    if (!*f) throw std::runtime_error("cannot write the CSV files in " + dir.string());
+  }
+}
 
 }  // namespace
 
@@ -202,129 +493,24 @@ const std::vector<std::string>& ranzcr_label_names() {
 SynthStudy render_study(uint64_t seed, int64_t index, int64_t patient, int image_size, bool test_split) {
   const Anatomy base = make_anatomy(seed, patient);
   std::mt19937_64 rng(mix_seed(seed, test_split ? 2 : 1, static_cast<uint64_t>(index)));
-  cv::theRNG().state = rng();  // cv::randn below draws from the thread's cv::RNG
-  Anatomy a = base;            // the same patient, positioned a little differently
-  std::normal_distribution<double> pos(0.0, 0.008);
-  a.cx += pos(rng);
-  const double dy = pos(rng);
-  a.carina_y += dy, a.diaphragm_y += dy, a.clavicle_y += dy;
-  a.exposure *= std::uniform_real_distribution<double>(0.92, 1.08)(rng);
+  cv::theRNG().state = rng();                       // cv::randn in Renderer::finish draws from it
+  const Anatomy a = position_for_study(base, rng);  // the same patient, positioned a little differently
 
   SynthStudy study;
   study.labels.assign(11, 0);
-  Renderer r(image_size, a, rng);
+  Renderer r(image_size, a);
   r.anatomy();
-  const double cx = a.cx, car = a.carina_y, dia = a.diaphragm_y, clav = a.clavicle_y;
-  auto add = [&](int label, const std::vector<Pt>& path, double width, int intensity) {
-    study.labels[label] = 1;
-    study.annotations.push_back({ranzcr_label_names()[label], r.device(path, width, intensity)});
+  auto add = [&](const Device& device, double width, int intensity) {
+    study.labels[device.label] = 1;
+    study.annotations.push_back(
+        {ranzcr_label_names()[device.label], r.device(device.path, width, intensity)});
   };
-
-  // Endotracheal tube: tip height above the carina decides the label.
-  if (r.u(0, 1) < 0.285) {
-    const int status = pick(rng, {0.04, 0.13, 0.83});  // abnormal, borderline, normal
-    const double x0 = cx + r.u(-0.01, 0.01);
-    std::vector<Pt> path;
-    if (status == 0 && r.u(0, 1) < 0.5) {  // too deep: into the right main bronchus
-      path = smooth_path({{x0, -0.02}, {cx, car - 0.02}, {cx - r.u(0.04, 0.07), car + r.u(0.03, 0.06)}}, rng,
-                         0.003);
-    } else {
-      double d;  // tip height above the carina
-      if (status == 0)
-        d = r.u(0.19, 0.26);
-      else if (status == 1)
-        d = r.u(0, 1) < 0.5 ? r.u(0.015, 0.04) : r.u(0.125, 0.16);
-      else
-        d = r.u(0.05, 0.12);
-      path = smooth_path({{x0, -0.02}, {cx + r.u(-0.008, 0.008), car - d}}, rng, 0.004);
-    }
-    add(kEttAbnormal + (status == 0 ? 0 : status == 1 ? 1 : 2), path, 0.014, 200);
-  }
-
-  // Nasogastric tube: down the oesophagus; the tip (or its absence) decides the label.
-  if (r.u(0, 1) < 0.28) {
-    const int status = pick(rng, {0.045, 0.07, 0.325, 0.56});  // abnormal, borderline, incomplete, normal
-    const double ex = cx + r.u(0.008, 0.02);
-    std::vector<Pt> knots = {{ex, -0.02}, {ex, car}};
-    int label = kNgtNormal;
-    if (status == 0) {
-      label = kNgtAbnormal;
-      if (r.u(0, 1) < 0.6) {  // down the airway into the right lung
-        knots = {{cx, -0.02}, {cx, car - 0.01}, {cx - r.u(0.08, 0.14), car + r.u(0.1, 0.2)}};
-      } else {  // coiled in the oesophagus
-        const double yc = r.u(car - 0.05, dia - 0.12), rad = r.u(0.03, 0.05);
-        for (int k = 0; k <= 12; ++k)
-          knots.push_back({ex + rad * std::sin(k * 0.9), yc + 0.5 * rad * (1 - std::cos(k * 0.9))});
-      }
-    } else if (status == 1) {
-      label = kNgtBorderline;
-      knots.push_back({ex + 0.01, dia + r.u(-0.035, 0.02)});
-    } else if (status == 2) {
-      label = kNgtIncomplete;
-      knots.push_back({ex + 0.01, dia});
-      knots.push_back({cx + r.u(0.06, 0.12), 1.08});
-    } else {
-      knots.push_back({ex + 0.01, dia});
-      knots.push_back({cx + r.u(0.08, 0.16), std::min(0.95, dia + r.u(0.08, 0.16))});
-    }
-    add(label, smooth_path(knots, rng, 0.006), 0.007, 190);
-  }
-
-  // Central venous catheters (0, 1 or 2): entry site, course and tip position decide each one's label.
-  const int num_cvc = pick(rng, {0.06, 0.64, 0.30});
-  for (int k = 0; k < num_cvc; ++k) {
-    const int status = pick(rng, {0.085, 0.24, 0.675});    // abnormal, borderline, normal
-    const int entry = pick(rng, {0.5, 0.15, 0.25, 0.10});  // right IJ, left IJ, right/left subclavian
-    const double svc_x = cx - r.u(0.035, 0.05);
-    std::vector<Pt> knots;
-    if (entry == 0)
-      knots = {{cx - r.u(0.08, 0.12), -0.02}, {cx - 0.06, clav + 0.02}};
-    else if (entry == 1)
-      knots = {{cx + r.u(0.08, 0.12), -0.02}, {cx + 0.05, clav + 0.03}, {cx - 0.02, clav + 0.06}};
-    else if (entry == 2)
-      knots = {{cx - r.u(0.3, 0.38), clav + 0.02}, {cx - 0.1, clav + 0.04}};
-    else
-      knots = {{cx + r.u(0.3, 0.38), clav + 0.03}, {cx + 0.05, clav + 0.05}, {cx - 0.02, clav + 0.07}};
-    int label = kCvcNormal;
-    if (status == 0) {
-      label = kCvcAbnormal;
-      const int kind = pick(rng, {0.4, 0.3, 0.3});
-      if (kind == 0) {  // turns up into the neck
-        knots.push_back({svc_x, clav + 0.08});
-        knots.push_back({svc_x - 0.03, clav + 0.03});
-        knots.push_back({svc_x - 0.05, clav - r.u(0.06, 0.12)});
-      } else if (kind == 1) {  // crosses into the opposite subclavian vein
-        knots.push_back({svc_x, clav + 0.08});
-        knots.push_back({cx + r.u(0.15, 0.25), clav + 0.04});
-      } else {  // far too deep, into the IVC
-        knots.push_back({svc_x, car});
-        knots.push_back({svc_x + 0.01, car + r.u(0.22, 0.28)});
-      }
-    } else {
-      double t;  // tip below the carina
-      if (status == 1) {
-        label = kCvcBorderline;
-        t = r.u(0, 1) < 0.6 ? r.u(-0.08, -0.035) : r.u(0.105, 0.15);
-      } else {
-        t = r.u(-0.01, 0.08);
-      }
-      knots.push_back({svc_x, car + std::min(t, 0.0) - 0.04});
-      knots.push_back({svc_x + r.u(-0.005, 0.005), car + t});
-    }
-    add(label, smooth_path(knots, rng, 0.006), 0.008, 230);
-  }
-
-  // Swan-Ganz catheter: through the right heart into the pulmonary artery.
-  if (r.u(0, 1) < 0.028) {
-    std::vector<Pt> knots = {{cx - r.u(0.08, 0.12), -0.02},
-                             {cx - 0.05, clav + 0.03},
-                             {cx - 0.045, car + 0.05},
-                             {cx - 0.02, car + r.u(0.16, 0.2)},
-                             {cx + 0.06, car + r.u(0.2, 0.24)},
-                             {cx + r.u(0.06, 0.08), car + 0.03},
-                             {cx + r.u(0.1, 0.14), car + r.u(-0.01, 0.03)}};
-    add(kSwanGanz, smooth_path(knots, rng, 0.008), 0.008, 230);
-  }
+  // Each device is drawn from the study's rng in this order: its presence first, then its course.
+  if (uniform(rng, 0, 1) < 0.285) add(endotracheal_tube(rng, a), 0.014, 200);
+  if (uniform(rng, 0, 1) < 0.28) add(nasogastric_tube(rng, a), 0.007, 190);
+  const int num_cvc = pick(rng, {0.06, 0.64, 0.30});  // 0, 1 or 2 central venous catheters
+  for (int k = 0; k < num_cvc; ++k) add(central_venous_catheter(rng, a), 0.008, 230);
+  if (uniform(rng, 0, 1) < 0.028) add(swan_ganz_catheter(rng, a), 0.008, 230);
 
   study.image = r.finish(std::uniform_real_distribution<double>(0.015, 0.04)(rng));
   return study;
@@ -332,102 +518,19 @@ SynthStudy render_study(uint64_t seed, int64_t index, int64_t patient, int image
 
 void generate_synthetic(const std::string& out_dir, const SynthConfig& config, int num_threads,
                         const std::function<void(int64_t, int64_t)>& progress) {
-  const fs::path final_dir(out_dir);
-  if (fs::exists(final_dir)) throw std::runtime_error("output folder already exists: " + out_dir);
-  if (final_dir.has_parent_path()) fs::create_directories(final_dir.parent_path());
-  const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
-  fs::remove_all(tmp);
-  fs::create_directories(tmp / "train");
-  fs::create_directories(tmp / "test");
-
-  const uint64_t seed = static_cast<uint64_t>(config.seed);
-  const int64_t n_train = config.num_images, n_test = config.num_test_images, total = n_train + n_test;
-  // Patients: about 9 studies each, as in the real set; test patients are distinct from train patients.
-  const int64_t train_patients = std::max<int64_t>(2, (n_train + 8) / 9);
-  const int64_t test_patients = std::max<int64_t>(1, (n_test + 8) / 9);
-  std::vector<int64_t> patient_of(total);
-  std::mt19937_64 prng(mix_seed(seed, 3, 0));
-  for (int64_t i = 0; i < total; ++i)
-    patient_of[i] = i < n_train ? static_cast<int64_t>(prng() % train_patients)
-                                : train_patients + static_cast<int64_t>(prng() % test_patients);
-
-  auto patient_name = [&](int64_t p) {
-    std::ostringstream ss;
-    ss << std::hex << (mix_seed(seed, 4, p) & 0xFFFFFFFFFULL);
-    return ss.str();
-  };
-  auto study_id = [&](int64_t i) {
-    return "1.2.826.0.1.3680043.8.498." + std::to_string(seed) + (i < n_train ? ".1" : ".2") +
-           std::to_string(100000 + i);
-  };
-
-  std::vector<std::string> rows(total), ann_rows(total);
-  std::atomic<int64_t> next{0}, done{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto work = [&] {
-    for (int64_t i = next++; i < total; i = next++) {
-      try {
-        const bool test = i >= n_train;
-        SynthStudy st = render_study(seed, i, patient_of[i], config.image_size, test);
-        st.id = study_id(i);
-        st.patient = patient_name(patient_of[i]);
-        const fs::path file = tmp / (test ? "test" : "train") / (st.id + ".jpg");
-        if (!cv::imwrite(file.string(), st.image, {cv::IMWRITE_JPEG_QUALITY, 92}))
-          throw std::runtime_error("cannot write " + file.string());
-        std::string row = st.id;
-        for (int v : st.labels) row += "," + std::to_string(v);
-        rows[i] = row + "," + st.patient + "\n";
-        for (const auto& an : st.annotations) {
-          std::string pts = "[";
-          for (size_t k = 0; k < an.polyline.size(); ++k)
-            pts += (k ? ", [" : "[") + std::to_string(an.polyline[k].x) + ", " +
-                   std::to_string(an.polyline[k].y) + "]";
-          ann_rows[i] += st.id + "," + csv_escape(an.label) + "," + csv_escape(pts + "]") + "\n";
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        next = total;
-      }
-      ++done;
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < std::max(1, num_threads); ++t) threads.emplace_back(work);
-  while (done < total && !error) {
-    if (progress) progress(done, total);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  for (auto& t : threads) t.join();
+  const fs::path tmp = make_staging_folder(out_dir);
+  const SynthPlan plan = make_plan(config);
+  std::vector<std::string> rows(plan.total), ann_rows(plan.total);
+  const std::exception_ptr error = run_parallel(
+      plan.total, num_threads, [&](int64_t i) { render_and_save(plan, i, tmp, &rows[i], &ann_rows[i]); },
+      progress);
   if (error) {
     fs::remove_all(tmp);
     std::rethrow_exception(error);
   }
-  if (progress) progress(total, total);
-
-  std::string label_header;
-  for (const auto& name : ranzcr_label_names()) label_header += "," + name;
-  std::ofstream train(tmp / "train.csv"), ann(tmp / "train_annotations.csv"),
-      sub(tmp / "sample_submission.csv"), test_labels(tmp / "test_labels.csv");
-  train << "StudyInstanceUID" << label_header << ",PatientID\n";
-  ann << "StudyInstanceUID,label,data\n";
-  sub << "StudyInstanceUID" << label_header << "\n";
-  test_labels << "StudyInstanceUID" << label_header << ",PatientID\n";
-  for (int64_t i = 0; i < total; ++i) {
-    if (i < n_train) {
-      train << rows[i];
-      ann << ann_rows[i];
-    } else {
-      test_labels << rows[i];
-      sub << study_id(i) << ",0,0,0,0,0,0,0,0,0,0,0\n";
-    }
-  }
-  for (auto* f : {&train, &ann, &sub, &test_labels}) {
-    f->close();
-    if (!*f) throw std::runtime_error("cannot write the CSV files in " + tmp.string());
-  }
-  fs::rename(tmp, final_dir);
+  if (progress) progress(plan.total, plan.total);
+  write_csv_files(tmp, plan, rows, ann_rows);
+  fs::rename(tmp, fs::path(out_dir));
 }
 
 }  // namespace ranzcr

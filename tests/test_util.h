@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -53,6 +55,54 @@ inline void make_dataset(const std::string& dir, int num_images = 60, int image_
   c.seed = 3;
   generate_synthetic(dir, c, 2);
 }
+
+/// Writes the config file of a CLI test to `path`: tiny_cnn on the data set in `data_root`, on the CPU
+/// (train.device cpu: these tests mean CPU ranks over Gloo, also on a GPU host), plus `keys` (dotted key
+/// -> YAML value, e.g. {"train.epochs", "2"}), which override those.
+inline void write_config(const std::string& path, const std::string& data_root,
+                         const std::vector<std::pair<std::string, std::string>>& keys) {
+  std::vector<std::pair<std::string, std::string>> all = {
+      {"data.root", data_root}, {"model.name", "tiny_cnn"}, {"train.device", "cpu"}};
+  all.insert(all.end(), keys.begin(), keys.end());
+  std::map<std::string, std::map<std::string, std::string>> sections;  // section -> rest of key -> value
+  for (const auto& [key, value] : all) {
+    const size_t dot = key.find('.');
+    sections[key.substr(0, dot)][key.substr(dot + 1)] = value;
+  }
+  std::string yaml;
+  for (const auto& [section, entries] : sections) {
+    yaml += section + ":\n";
+    for (const auto& [name, value] : entries) yaml += "  " + name + ": " + value + "\n";
+  }
+  write_file(path, yaml);
+}
+
+/// What a CLI suite runs on: a synthetic data set of `images` training images (`test_images` test ones)
+/// of `image_size` pixels, and the config keys written with write_config.
+struct CliSetup {
+  int images = 80, image_size = 64, test_images = 0;
+  std::vector<std::pair<std::string, std::string>> keys;
+};
+
+/// A suite that runs the ranzcr binary on one data set and config file made once for the suite in a
+/// temporary folder; `Suite::setup()` (a static CliSetup) says which.
+template <class Suite>
+class CliSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const CliSetup s = Suite::setup();
+    make_dataset(*dir_ / "ds", s.images, s.image_size, s.test_images);
+    write_config(*dir_ / "cfg.yaml", *dir_ / "ds", s.keys);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string bin() { return RANZCR_BINARY; }
+  static std::string cfg() { return *dir_ / "cfg.yaml"; }
+  static inline TempDir* dir_ = nullptr;
+};
 
 /// The lines of a run folder's metrics.jsonl.
 inline std::vector<nlohmann::json> read_metrics(const std::string& run_dir) {

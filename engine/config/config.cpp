@@ -10,43 +10,11 @@
 
 namespace ranzcr {
 
-template <>
-const std::vector<std::pair<OptimizerName, std::string>>& setting_names() {
-  static const std::vector<std::pair<OptimizerName, std::string>> names{{OptimizerName::kAdamW, "adamw"},
-                                                                        {OptimizerName::kSgd, "sgd"}};
-  return names;
-}
-template <>
-const std::vector<std::pair<OnOffAuto, std::string>>& setting_names() {
-  static const std::vector<std::pair<OnOffAuto, std::string>> names{
-      {OnOffAuto::kAuto, "auto"}, {OnOffAuto::kTrue, "true"}, {OnOffAuto::kFalse, "false"}};
-  return names;
-}
-template <>
-const std::vector<std::pair<PrecisionSetting, std::string>>& setting_names() {
-  static const std::vector<std::pair<PrecisionSetting, std::string>> names{{PrecisionSetting::kAuto, "auto"},
-                                                                           {PrecisionSetting::kFp32, "fp32"},
-                                                                           {PrecisionSetting::kBf16, "bf16"},
-                                                                           {PrecisionSetting::kFp16, "fp16"}};
-  return names;
-}
-template <>
-const std::vector<std::pair<ResumeSetting, std::string>>& setting_names() {
-  static const std::vector<std::pair<ResumeSetting, std::string>> names{{ResumeSetting::kAuto, "auto"},
-                                                                        {ResumeSetting::kNever, "never"}};
-  return names;
-}
-template <>
-const std::vector<std::pair<BackendSetting, std::string>>& setting_names() {
-  static const std::vector<std::pair<BackendSetting, std::string>> names{
-      {BackendSetting::kAuto, "auto"}, {BackendSetting::kGloo, "gloo"}, {BackendSetting::kNccl, "nccl"}};
-  return names;
-}
-template <>
-const std::vector<std::pair<BnSync, std::string>>& setting_names() {
-  static const std::vector<std::pair<BnSync, std::string>> names{{BnSync::kBroadcast, "broadcast"},
-                                                                 {BnSync::kAverage, "average"}};
-  return names;
+std::vector<std::string> detail::split_names(const char* names) {
+  std::vector<std::string> out;
+  std::stringstream ss(names);
+  for (std::string name; std::getline(ss, name, '|');) out.push_back(name);
+  return out;
 }
 
 namespace {

@@ -16,38 +16,44 @@ class Node;
 
 namespace ranzcr {
 
-// Settings with a fixed set of values are enums, each with one table of its YAML names
-// (setting_names<E>(), config.cpp): parsed once when the config is read, the error naming the key, the
-// valid values and what was given; written back under the same names.
-enum class OptimizerName { kAdamW, kSgd };      // adamw | sgd
-enum class OnOffAuto { kAuto, kTrue, kFalse };  // auto | true | false (auto: on for CUDA devices)
-enum class PrecisionSetting { kAuto, kFp32, kBf16, kFp16 };  // auto | fp32 | bf16 | fp16
-enum class ResumeSetting { kAuto, kNever };                  // auto | never
-enum class BackendSetting { kAuto, kGloo, kNccl };           // auto | gloo | nccl
-enum class BnSync { kBroadcast, kAverage };                  // broadcast | average
+// Settings with a fixed set of values are enums, each with one line of YAML names (kSettingNames):
+// parsed once when the config is read, the error naming the key, the valid values and what was given;
+// written back under the same names.
+enum class OptimizerName { kAdamW, kSgd };
+enum class OnOffAuto { kAuto, kTrue, kFalse };  // auto: on for CUDA devices, off on CPUs
+enum class PrecisionSetting { kAuto, kFp32, kBf16, kFp16 };
+enum class ResumeSetting { kAuto, kNever };
+enum class BackendSetting { kAuto, kGloo, kNccl };
+enum class BnSync { kBroadcast, kAverage };
 
-/// The YAML names of E's values, in declaration order.
+/// The YAML names of E's values, '|'-separated in declaration order.
 template <class E>
-const std::vector<std::pair<E, std::string>>& setting_names();
-template <>
-const std::vector<std::pair<OptimizerName, std::string>>& setting_names();
-template <>
-const std::vector<std::pair<OnOffAuto, std::string>>& setting_names();
-template <>
-const std::vector<std::pair<PrecisionSetting, std::string>>& setting_names();
-template <>
-const std::vector<std::pair<ResumeSetting, std::string>>& setting_names();
-template <>
-const std::vector<std::pair<BackendSetting, std::string>>& setting_names();
-template <>
-const std::vector<std::pair<BnSync, std::string>>& setting_names();
+inline constexpr const char* kSettingNames = nullptr;
+// clang-format off
+template <> inline constexpr const char* kSettingNames<OptimizerName> = "adamw|sgd";
+template <> inline constexpr const char* kSettingNames<OnOffAuto> = "auto|true|false";
+template <> inline constexpr const char* kSettingNames<PrecisionSetting> = "auto|fp32|bf16|fp16";
+template <> inline constexpr const char* kSettingNames<ResumeSetting> = "auto|never";
+template <> inline constexpr const char* kSettingNames<BackendSetting> = "auto|gloo|nccl";
+template <> inline constexpr const char* kSettingNames<BnSync> = "broadcast|average";
+// clang-format on
+
+namespace detail {
+std::vector<std::string> split_names(const char* names);  // "a|b" -> {"a", "b"}
+}  // namespace detail
+
+/// The YAML names of E's values, indexed by value.
+template <class E>
+const std::vector<std::string>& setting_names() {
+  static_assert(kSettingNames<E> != nullptr, "a setting enum needs its kSettingNames line");
+  static const std::vector<std::string> names = detail::split_names(kSettingNames<E>);
+  return names;
+}
 
 /// The YAML name of `value`.
 template <class E>
 const std::string& setting_name(E value) {
-  for (const auto& [v, name] : setting_names<E>())
-    if (v == value) return name;
-  throw std::logic_error("setting_name: a value without a name");
+  return setting_names<E>().at(static_cast<size_t>(value));
 }
 
 /// "a, b or c": the valid names of E, for messages.
@@ -56,15 +62,16 @@ std::string setting_choices() {
   const auto& names = setting_names<E>();
   std::string out;
   for (size_t i = 0; i < names.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i].second;
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
   return out;
 }
 
 /// The value of E named `text`. Throws std::runtime_error "<key> must be a, b or c, got '<text>'".
 template <class E>
 E parse_setting(const std::string& key, const std::string& text) {
-  for (const auto& [v, name] : setting_names<E>())
-    if (name == text) return v;
+  const auto& names = setting_names<E>();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == text) return static_cast<E>(i);
   throw std::runtime_error(key + " must be " + setting_choices<E>() + ", got '" + text + "'");
 }
 

@@ -1,4 +1,5 @@
 #include "engine/infer/ensemble.h"
+#include "engine/config/check.h"
 
 #include <torch/torch.h>
 
@@ -32,7 +33,7 @@ std::string join(const std::vector<std::string>& names) {
 }  // namespace
 
 std::vector<std::string> checkpoints_in(const std::string& run_dir) {
-  if (!fs::is_directory(run_dir)) throw std::runtime_error("run folder not found: " + run_dir);
+  RANZCR_CHECK(fs::is_directory(run_dir), "run folder not found: ", run_dir);
   std::map<int, std::string> folds;
   for (const auto& e : fs::directory_iterator(run_dir)) {
     const int k = e.is_directory() ? fold_number(e.path().filename().string()) : -1;
@@ -41,30 +42,27 @@ std::vector<std::string> checkpoints_in(const std::string& run_dir) {
   std::vector<std::string> out;
   for (const auto& [k, path] : folds) {
     if (!fs::exists(path))
-      throw std::runtime_error(run_dir + ": fold " + std::to_string(k) + " has no best checkpoint (" + path +
-                               "); finish the cv run first");
+      RANZCR_FAIL(run_dir, ": fold ", k, " has no best checkpoint (", path, "); finish the cv run first");
     out.push_back(path);
   }
   if (!out.empty()) return out;
   const std::string best = (fs::path(run_dir) / "checkpoints" / "best.pt").string();
-  if (!fs::exists(best))
-    throw std::runtime_error(run_dir + " holds no checkpoints/best.pt nor fold_K/checkpoints/best.pt");
+  if (!fs::exists(best)) RANZCR_FAIL(run_dir, " holds no checkpoints/best.pt nor fold_K/checkpoints/best.pt");
   return {best};
 }
 
 EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberOptions& options_for,
                             const DatasetIndex& index, const std::vector<int64_t>& rows,
                             const torch::Device& device, Collectives& collectives) {
-  if (paths.empty()) throw std::runtime_error("no model given");
+  RANZCR_CHECK(!paths.empty(), "no model given");
   EnsembleResult out;
   const bool single = paths.size() == 1;
   torch::Tensor sum;
   for (const auto& path : paths) {
     TrainedModel trained = load_trained_model(path, device);
     if (!out.models.empty() && trained.info.label_names != out.models.front().label_names)
-      throw std::runtime_error(path + " predicts other labels than " + paths.front() + " (" +
-                               join(trained.info.label_names) + " vs " +
-                               join(out.models.front().label_names) + ")");
+      RANZCR_FAIL(path, " predicts other labels than ", paths.front(), " (", join(trained.info.label_names),
+                  " vs ", join(out.models.front().label_names), ")");
     const InferenceOptions options = options_for(trained.info);
     set_memory_format(*trained.model, options.channels_last);
     InferenceResult r = run_inference(*trained.model, index, rows, options, collectives);

@@ -1,22 +1,31 @@
 #include "engine/infer/inference.h"
 
+#include <memory>
+#include <unordered_map>
+
 #include "data/batch_loader.h"
 #include "data/sampler.h"
 #include "engine/runtime/device_batches.h"
 
 namespace ranzcr {
 
-InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
-                              const InferenceOptions& options, Collectives& collectives) {
+namespace {
+
+// This rank's share of `rows` (in order, unpadded: every row is predicted once over the ranks).
+std::vector<int64_t> rows_of_rank(const std::vector<int64_t>& rows, Collectives& collectives) {
   SamplerOptions so;
   so.rank = collectives.rank();
   so.world_size = collectives.world_size();
   so.shuffle = false;
   so.pad = false;
-  const std::vector<int64_t> positions = DistributedSampler(rows.size(), so).indices();
-  std::vector<int64_t> my_rows;
-  for (int64_t p : positions) my_rows.push_back(rows[p]);
+  std::vector<int64_t> mine;
+  for (int64_t p : DistributedSampler(rows.size(), so).indices()) mine.push_back(rows[p]);
+  return mine;
+}
 
+// The evaluation loader over `rows` (no augmentation).
+std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<int64_t> rows,
+                                         const InferenceOptions& options) {
   TransformOptions to;
   to.image_size = options.image_size;
   to.train = false;
@@ -27,17 +36,15 @@ InferenceResult run_inference(Classifier& model, const DatasetIndex& index, cons
   lo.prefetch_batches = options.prefetch_batches;
   lo.skip_bad_images = options.skip_bad_images;
   set_loader_transfer(lo, options.device);
-  BatchLoader loader(index, my_rows, ImageTransform(to), /*epoch=*/0, lo);
-  DeviceBatchOptions dbo;
-  dbo.device = options.device;
-  dbo.in_channels = options.in_channels;
-  dbo.input_mean = options.input_mean;
-  dbo.input_std = options.input_std;
-  dbo.channels_last = options.channels_last;
-  DeviceBatches batches(loader, dbo);
+  return std::make_unique<BatchLoader>(index, std::move(rows), ImageTransform(to), /*epoch=*/0, lo);
+}
 
-  const int64_t c = static_cast<int64_t>(index.num_labels());
-  std::vector<torch::Tensor> logits, labels, got_rows;  // device tensors: one copy to the host at the end
+// This rank's logits, labels and rows on the CPU (one copy to the host at the end), and images skipped.
+InferenceResult predict_rows(Classifier& model, const DatasetIndex& index, std::vector<int64_t> rows,
+                             const InferenceOptions& options) {
+  std::unique_ptr<BatchLoader> loader = eval_loader(index, std::move(rows), options);
+  DeviceBatches batches(*loader, device_batch_options(options));
+  std::vector<torch::Tensor> logits, labels, got_rows;  // device tensors
   int64_t skipped = 0;
   const bool was_training = model.is_training();
   model.eval();
@@ -59,33 +66,49 @@ InferenceResult run_inference(Classifier& model, const DatasetIndex& index, cons
   auto cat = [](std::vector<torch::Tensor>& parts, torch::Tensor empty) {
     return parts.empty() ? empty : torch::cat(parts, 0);
   };
+  const int64_t c = static_cast<int64_t>(index.num_labels());
   const bool labeled = !index.labels.empty();
   InferenceResult local;
   local.logits = cat(logits, torch::zeros({0, c})).to(torch::kCPU);
   local.labels = cat(labels, torch::zeros({0, labeled ? c : 0})).to(torch::kCPU);
   local.rows = cat(got_rows, torch::zeros({0}, torch::kLong));
+  local.skipped = skipped;
+  return local;
+}
 
+// Puts `all` (gathered rank by rank) back into the order of `rows`.
+void restore_order(InferenceResult& all, const std::vector<int64_t>& rows) {
+  std::unordered_map<int64_t, int64_t> position;
+  for (size_t i = 0; i < rows.size(); ++i) position.emplace(rows[i], static_cast<int64_t>(i));
+  torch::Tensor key = torch::empty_like(all.rows);
+  const int64_t* got = all.rows.data_ptr<int64_t>();
+  int64_t* k = key.data_ptr<int64_t>();
+  for (int64_t i = 0; i < all.rows.size(0); ++i) k[i] = position.at(got[i]);
+  const torch::Tensor order = key.argsort();
+  all.logits = all.logits.index_select(0, order);
+  all.labels = all.labels.index_select(0, order);
+  all.rows = all.rows.index_select(0, order);
+}
+
+}  // namespace
+
+InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
+                              const InferenceOptions& options, Collectives& collectives) {
+  const InferenceResult local = predict_rows(model, index, rows_of_rank(rows, collectives), options);
   // One gather of everything; then back into the order of `rows`.
   InferenceResult all;
   all.logits = collectives.all_gather_cat(local.logits);
   all.labels = collectives.all_gather_cat(local.labels);
   all.rows = collectives.all_gather_cat(local.rows);
-  torch::Tensor skipped_t = torch::tensor({skipped}, torch::kLong);
-  collectives.all_reduce_sum(skipped_t);
-  all.skipped = skipped_t.item<int64_t>();
-  if (collectives.world_size() > 1) {
-    std::unordered_map<int64_t, int64_t> position;
-    for (size_t i = 0; i < rows.size(); ++i) position.emplace(rows[i], static_cast<int64_t>(i));
-    torch::Tensor key = torch::empty_like(all.rows);
-    const int64_t* got = all.rows.data_ptr<int64_t>();
-    int64_t* k = key.data_ptr<int64_t>();
-    for (int64_t i = 0; i < all.rows.size(0); ++i) k[i] = position.at(got[i]);
-    const torch::Tensor order = key.argsort();
-    all.logits = all.logits.index_select(0, order);
-    all.labels = all.labels.index_select(0, order);
-    all.rows = all.rows.index_select(0, order);
-  }
+  torch::Tensor skipped = torch::tensor({local.skipped}, torch::kLong);
+  collectives.all_reduce_sum(skipped);
+  all.skipped = skipped.item<int64_t>();
+  if (collectives.world_size() > 1) restore_order(all, rows);
   return all;
+}
+
+DeviceBatchOptions device_batch_options(const InferenceOptions& o) {
+  return DeviceBatchOptions{o.device, o.in_channels, o.channels_last, o.input_mean, o.input_std};
 }
 
 InferenceOptions inference_options(const Config& config, torch::Device device, bool tta) {

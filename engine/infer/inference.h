@@ -8,6 +8,7 @@
 #include "data/dataset_index.h"
 #include "distributed/collectives.h"
 #include "engine/config/config.h"
+#include "engine/runtime/device_batches.h"
 #include "engine/runtime/precision.h"
 #include "models/registry.h"
 
@@ -44,5 +45,9 @@ InferenceResult run_inference(Classifier& model, const DatasetIndex& index, cons
 /// Inference settings (size, CLAHE, batch, loader, channels, precision, layout) from the config, for
 /// validation, evaluate and predict alike; `tta` adds hflip averaging on top of train.tta_hflip.
 InferenceOptions inference_options(const Config& config, torch::Device device, bool tta = false);
+
+/// How batches reach the model under `options` (device, channels, input normalisation, layout): the
+/// same for validation and training.
+DeviceBatchOptions device_batch_options(const InferenceOptions& options);
 
 }  // namespace ranzcr

@@ -6,7 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <stdexcept>
+
+#include "engine/config/check.h"
 
 namespace fs = std::filesystem;
 
@@ -17,7 +18,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+  RANZCR_CHECK(fd >= 0, "cannot write ", tmp, ": ", std::strerror(errno));
   size_t off = 0;
   while (off < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
@@ -26,17 +27,17 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
       const std::string err = std::strerror(errno);
       ::close(fd);
       ::unlink(tmp.c_str());
-      throw std::runtime_error("cannot write " + tmp + ": " + err);
+      RANZCR_FAIL("cannot write ", tmp, ": ", err);
     }
     off += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot flush " + tmp + ": " + std::strerror(errno));
+    RANZCR_FAIL("cannot flush ", tmp, ": ", std::strerror(errno));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+    RANZCR_FAIL("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
   }
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -49,7 +50,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 void append_line(const std::string& path, const std::string& line) {
   const std::string text = line + "\n";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot append to " + path + ": " + std::strerror(errno));
+  RANZCR_CHECK(fd >= 0, "cannot append to ", path, ": ", std::strerror(errno));
   const off_t before = ::lseek(fd, 0, SEEK_END);
   ssize_t n;
   do {
@@ -65,7 +66,7 @@ void append_line(const std::string& path, const std::string& line) {
   if (!why.empty()) {
     if (before >= 0 && n > 0) (void)!::ftruncate(fd, before);  // no half line left behind
     ::close(fd);
-    throw std::runtime_error("cannot append to " + path + ": " + why);
+    RANZCR_FAIL("cannot append to ", path, ": ", why);
   }
   ::close(fd);
 }

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <stdexcept>
 
+#include "engine/config/check.h"
 #include "engine/io/atomic_file.h"  // write_file_atomic
 
 namespace ranzcr {
@@ -28,7 +28,7 @@ constexpr DtypeName kDtypes[] = {
 const char* dtype_name(torch::ScalarType t) {
   for (const auto& d : kDtypes)
     if (d.type == t) return d.name;
-  throw std::runtime_error(std::string("safetensors: unsupported tensor dtype ") + c10::toString(t));
+  RANZCR_FAIL("safetensors: unsupported tensor dtype ", c10::toString(t));
 }
 
 bool dtype_of(const std::string& name, torch::ScalarType* t) {
@@ -47,18 +47,143 @@ bool little_endian_host() {
   return first == 1;
 }
 
+// RANZCR_CHECK for a corrupt file: "<what>: not a valid safetensors file (<why...>)" unless `cond`.
+#define CHECK_SAFETENSORS(cond, what, ...) \
+  RANZCR_CHECK(cond, what, ": not a valid safetensors file (", __VA_ARGS__, ")")
+
+uint64_t little_endian_u64(const char* p) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return n;
+}
+
+/// The parts of a safetensors file: its JSON header and the data bytes after it.
+struct Layout {
+  nlohmann::json header;
+  const char* data;
+  uint64_t data_size;
+};
+
+/// Reads the 8-byte header length and parses the JSON header after it.
+Layout split_header(const std::string& bytes, const std::string& what) {
+  CHECK_SAFETENSORS(bytes.size() >= 8, what, "shorter than its 8-byte header length");
+  const uint64_t n = little_endian_u64(bytes.data());
+  CHECK_SAFETENSORS(n <= kMaxHeaderBytes, what, "header length ", n, " is implausible");
+  CHECK_SAFETENSORS(n <= bytes.size() - 8, what, "header length ", n, " runs past the end of the file (",
+                    bytes.size(), " bytes): truncated?");
+  Layout layout;
+  layout.header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + n, nullptr,
+                                        /*allow_exceptions=*/false);
+  CHECK_SAFETENSORS(!layout.header.is_discarded() && layout.header.is_object(), what,
+                    "the header is not a JSON object");
+  layout.data = bytes.data() + 8 + n;
+  layout.data_size = bytes.size() - 8 - n;
+  return layout;
+}
+
+/// The "__metadata__" entry: an object of strings.
+std::map<std::string, std::string> parse_metadata(const nlohmann::json& entry, const std::string& what) {
+  CHECK_SAFETENSORS(entry.is_object(), what, "__metadata__ is not an object");
+  std::map<std::string, std::string> metadata;
+  for (const auto& [k, v] : entry.items()) {
+    CHECK_SAFETENSORS(v.is_string(), what, "__metadata__ value of '", k, "' is not a string");
+    metadata[k] = v.get<std::string>();
+  }
+  return metadata;
+}
+
+torch::ScalarType parse_dtype(const nlohmann::json& dtype, const std::string& name, const std::string& what) {
+  torch::ScalarType type = torch::kFloat32;
+  CHECK_SAFETENSORS(dtype.is_string() && dtype_of(dtype.get<std::string>(), &type), what, "tensor '", name,
+                    "': unsupported dtype ", dtype.dump(),
+                    " (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+  return type;
+}
+
+/// A list of non-negative sizes; `numel` gets their product, which must stay within 2^62.
+std::vector<int64_t> parse_shape(const nlohmann::json& shape, const std::string& name,
+                                 const std::string& what, uint64_t* numel) {
+  CHECK_SAFETENSORS(shape.is_array(), what, "tensor '", name, "': shape is not a list");
+  std::vector<int64_t> sizes;
+  *numel = 1;
+  for (const auto& d : shape) {
+    CHECK_SAFETENSORS(d.is_number_unsigned(), what, "tensor '", name, "': shape holds ", d.dump());
+    const uint64_t v = d.get<uint64_t>();
+    CHECK_SAFETENSORS(v == 0 || *numel <= (uint64_t{1} << 62) / v, what, "tensor '", name,
+                      "': shape is too large");
+    *numel *= v;
+    sizes.push_back(static_cast<int64_t>(v));
+  }
+  return sizes;
+}
+
+/// [begin, end] within the data bytes.
+std::pair<uint64_t, uint64_t> parse_offsets(const nlohmann::json& offsets, const std::string& name,
+                                            uint64_t data_size, const std::string& what) {
+  CHECK_SAFETENSORS(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                        offsets[1].is_number_unsigned(),
+                    what, "tensor '", name, "': data_offsets is not [begin, end]");
+  const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+  CHECK_SAFETENSORS(begin <= end && end <= data_size, what, "tensor '", name, "': data_offsets [", begin,
+                    ", ", end, "] lie outside the ", data_size, " data bytes: truncated?");
+  return {begin, end};
+}
+
+/// A tensor and the data bytes it was read from.
+struct Span {
+  uint64_t begin, end;
+  std::string name;
+  torch::Tensor tensor;
+};
+
+/// One tensor entry of the header ({"dtype", "shape", "data_offsets"}), read from the data bytes.
+Span parse_tensor(const std::string& name, const nlohmann::json& entry, const Layout& layout,
+                  const std::string& what) {
+  CHECK_SAFETENSORS(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
+                        entry.contains("data_offsets"),
+                    what, "tensor '", name, "': needs dtype, shape and data_offsets");
+  const torch::ScalarType type = parse_dtype(entry["dtype"], name, what);
+  uint64_t numel = 0;
+  const std::vector<int64_t> shape = parse_shape(entry["shape"], name, what, &numel);
+  const auto [begin, end] = parse_offsets(entry["data_offsets"], name, layout.data_size, what);
+  const uint64_t expected = numel * c10::elementSize(type);
+  CHECK_SAFETENSORS(end - begin == expected, what, "tensor '", name, "': ", end - begin, " bytes for a ",
+                    dtype_name(type), " tensor of ", numel, " elements (", expected, " bytes)");
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(type));
+  if (expected > 0) std::memcpy(t.data_ptr(), layout.data + begin, expected);
+  return {begin, end, name, t};
+}
+
+/// The tensors by data offset; their bytes must tile the data exactly (no overlap, gap or trailing bytes).
+std::vector<std::pair<std::string, torch::Tensor>> in_file_order(std::vector<Span> spans, uint64_t data_size,
+                                                                 const std::string& what) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  uint64_t pos = 0;
+  for (const auto& s : spans) {
+    CHECK_SAFETENSORS(s.begin == pos, what, "tensor '", s.name, "' starts at byte ", s.begin, ", expected ",
+                      pos, " (overlapping or gapped data)");
+    pos = s.end;
+    tensors.emplace_back(s.name, s.tensor);
+  }
+  CHECK_SAFETENSORS(pos == data_size, what, data_size - pos, " bytes after the last tensor");
+  return tensors;
+}
+
 }  // namespace
 
 std::string serialize_safetensors(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                                   const std::map<std::string, std::string>& metadata) {
-  if (!little_endian_host()) throw std::runtime_error("safetensors: only little-endian hosts are supported");
+  RANZCR_CHECK(little_endian_host(), "safetensors: only little-endian hosts are supported");
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<torch::Tensor> data;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
-    if (name == "__metadata__" || header.contains(name))
-      throw std::runtime_error("safetensors: tensor name '" + name + "' is reserved or repeated");
+    RANZCR_CHECK(name != "__metadata__" && !header.contains(name), "safetensors: tensor name '", name,
+                 "' is reserved or repeated");
     torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
     const uint64_t bytes = t.numel() * t.element_size();
     header[name] = {{"dtype", dtype_name(t.scalar_type())},
@@ -79,86 +204,17 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, torch
 }
 
 SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& what) {
-  auto fail = [&](const std::string& why) -> std::runtime_error {
-    return std::runtime_error(what + ": not a valid safetensors file (" + why + ")");
-  };
-  if (!little_endian_host()) throw std::runtime_error("safetensors: only little-endian hosts are supported");
-  if (bytes.size() < 8) throw fail("shorter than its 8-byte header length");
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (n > kMaxHeaderBytes) throw fail("header length " + std::to_string(n) + " is implausible");
-  if (n > bytes.size() - 8)
-    throw fail("header length " + std::to_string(n) + " runs past the end of the file (" +
-               std::to_string(bytes.size()) + " bytes): truncated?");
-  const nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + n, nullptr,
-                                                      /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) throw fail("the header is not a JSON object");
-  const char* data = bytes.data() + 8 + n;
-  const uint64_t data_size = bytes.size() - 8 - n;
-
+  RANZCR_CHECK(little_endian_host(), "safetensors: only little-endian hosts are supported");
+  const Layout layout = split_header(bytes, what);
   SafetensorsFile file;
-  struct Span {
-    uint64_t begin, end;
-    std::string name;
-    torch::Tensor tensor;
-  };
   std::vector<Span> spans;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) throw fail("__metadata__ is not an object");
-      for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) throw fail("__metadata__ value of '" + k + "' is not a string");
-        file.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    const std::string at = "tensor '" + name + "': ";
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets"))
-      throw fail(at + "needs dtype, shape and data_offsets");
-    const auto& dt = entry["dtype"];
-    torch::ScalarType type;
-    if (!dt.is_string() || !dtype_of(dt.get<std::string>(), &type))
-      throw fail(at + "unsupported dtype " + dt.dump() +
-                 " (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
-    std::vector<int64_t> shape;
-    const auto& sh = entry["shape"];
-    if (!sh.is_array()) throw fail(at + "shape is not a list");
-    uint64_t numel = 1;
-    for (const auto& d : sh) {
-      if (!d.is_number_unsigned()) throw fail(at + "shape holds " + d.dump());
-      const uint64_t v = d.get<uint64_t>();
-      if (v != 0 && numel > (uint64_t{1} << 62) / v) throw fail(at + "shape is too large");
-      numel *= v;
-      shape.push_back(static_cast<int64_t>(v));
-    }
-    const auto& off = entry["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      throw fail(at + "data_offsets is not [begin, end]");
-    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    if (end < begin || end > data_size)
-      throw fail(at + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                 "] lie outside the " + std::to_string(data_size) + " data bytes: truncated?");
-    const uint64_t expected = numel * c10::elementSize(type);
-    if (end - begin != expected)
-      throw fail(at + std::to_string(end - begin) + " bytes for a " + dt.get<std::string>() + " tensor of " +
-                 std::to_string(numel) + " elements (" + std::to_string(expected) + " bytes)");
-    torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(type));
-    if (expected > 0) std::memcpy(t.data_ptr(), data + begin, expected);
-    spans.push_back({begin, end, name, t});
+  for (const auto& [name, entry] : layout.header.items()) {  // by name (nlohmann::json sorts its keys)
+    if (name == "__metadata__")
+      file.metadata = parse_metadata(entry, what);
+    else
+      spans.push_back(parse_tensor(name, entry, layout, what));
   }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  uint64_t pos = 0;
-  for (const auto& s : spans) {
-    if (s.begin != pos)
-      throw fail("tensor '" + s.name + "' starts at byte " + std::to_string(s.begin) + ", expected " +
-                 std::to_string(pos) + " (overlapping or gapped data)");
-    pos = s.end;
-    file.tensors.emplace_back(s.name, s.tensor);
-  }
-  if (pos != data_size) throw fail(std::to_string(data_size - pos) + " bytes after the last tensor");
+  file.tensors = in_file_order(std::move(spans), layout.data_size, what);
   return file;
 }
 
@@ -170,10 +226,9 @@ void save_safetensors(const std::string& path,
 
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  unsigned char size_bytes[8] = {};
-  if (!in.read(reinterpret_cast<char*>(size_bytes), 8)) return {};
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = n << 8 | size_bytes[i];
+  char size_bytes[8] = {};
+  if (!in.read(size_bytes, 8)) return {};
+  const uint64_t n = little_endian_u64(size_bytes);
   if (n == 0 || n > kMaxHeaderBytes) return {};
   std::string text(n, '\0');
   if (!in.read(text.data(), static_cast<std::streamsize>(n))) return {};
@@ -189,10 +244,10 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 
 SafetensorsFile load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path);
+  RANZCR_CHECK(in, "cannot open ", path);
   std::ostringstream buf;
   buf << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("cannot read " + path);
+  RANZCR_CHECK(!in.bad(), "cannot read ", path);
   return parse_safetensors(buf.str(), path);
 }
 

@@ -20,59 +20,24 @@ namespace {
 // The opcodes read. The others (the text-mode FLOAT, INT, LONG, STRING, UNICODE, GET, PUT, PERSID, INST
 // and OBJ; EXT1/2/4, LONG4, BINBYTES8, FROZENSET, NEWOBJ_EX, ...) are refused as unsupported: state dicts
 // saved by torch.save or pickle_save do not need them.
+// clang-format off
 enum class PickleOpCode : char {
-  MARK = '(',
-  STOP = '.',
-  POP = '0',
-  POP_MARK = '1',
-  DUP = '2',
-  BININT = 'J',
-  BININT1 = 'K',
-  BININT2 = 'M',
-  NONE = 'N',
-  BINPERSID = 'Q',
-  REDUCE = 'R',
-  BINSTRING = 'T',
-  SHORT_BINSTRING = 'U',
-  BINUNICODE = 'X',
-  APPEND = 'a',
-  BUILD = 'b',
-  GLOBAL = 'c',
-  DICT = 'd',
-  EMPTY_DICT = '}',
-  APPENDS = 'e',
-  BINGET = 'h',
-  LONG_BINGET = 'j',
-  LIST = 'l',
-  EMPTY_LIST = ']',
-  BINPUT = 'q',
-  LONG_BINPUT = 'r',
-  SETITEM = 's',
-  TUPLE = 't',
-  EMPTY_TUPLE = ')',
-  SETITEMS = 'u',
-  BINFLOAT = 'G',
+  // Protocol 0-1
+  MARK = '(', STOP = '.', POP = '0', POP_MARK = '1', DUP = '2', BININT = 'J', BININT1 = 'K', BININT2 = 'M',
+  NONE = 'N', BINPERSID = 'Q', REDUCE = 'R', BINSTRING = 'T', SHORT_BINSTRING = 'U', BINUNICODE = 'X',
+  APPEND = 'a', BUILD = 'b', GLOBAL = 'c', DICT = 'd', EMPTY_DICT = '}', APPENDS = 'e', BINGET = 'h',
+  LONG_BINGET = 'j', LIST = 'l', EMPTY_LIST = ']', BINPUT = 'q', LONG_BINPUT = 'r', SETITEM = 's', TUPLE = 't',
+  EMPTY_TUPLE = ')', SETITEMS = 'u', BINFLOAT = 'G',
   // Protocol 2
-  PROTO = char('\x80'),
-  NEWOBJ = '\x81',
-  TUPLE1 = '\x85',
-  TUPLE2 = '\x86',
-  TUPLE3 = '\x87',
-  NEWTRUE = '\x88',
-  NEWFALSE = '\x89',
-  LONG1 = '\x8a',
+  PROTO = char('\x80'), NEWOBJ = '\x81', TUPLE1 = '\x85', TUPLE2 = '\x86', TUPLE3 = '\x87', NEWTRUE = '\x88',
+  NEWFALSE = '\x89', LONG1 = '\x8a',
   // Protocol 3
-  BINBYTES = 'B',
-  SHORT_BINBYTES = 'C',
+  BINBYTES = 'B', SHORT_BINBYTES = 'C',
   // Protocol 4
-  SHORT_BINUNICODE = char('\x8c'),
-  BINUNICODE8 = '\x8d',
-  EMPTY_SET = '\x8f',
-  ADDITEMS = '\x90',
-  STACK_GLOBAL = '\x93',
-  MEMOIZE = '\x94',
-  FRAME = '\x95'
+  SHORT_BINUNICODE = char('\x8c'), BINUNICODE8 = '\x8d', EMPTY_SET = '\x8f', ADDITEMS = '\x90',
+  STACK_GLOBAL = '\x93', MEMOIZE = '\x94', FRAME = '\x95'
 };
+// clang-format on
 
 const char* const kTruncated = "data.pkl ends early (truncated pickle)";
 const char* const kUnderflow = "corrupt pickle in data.pkl (stack underflow)";

@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
-#include <stdexcept>
 
+#include "engine/config/check.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/weight_file.h"
@@ -15,12 +15,10 @@ namespace {
 
 // Our checkpoints are LibTorch (zip) archives; exported models are safetensors files.
 FileFormat trained_model_format(const std::string& path) {
-  if (!std::ifstream(path, std::ios::binary)) throw std::runtime_error("checkpoint not found: " + path);
+  RANZCR_CHECK(std::ifstream(path, std::ios::binary), "checkpoint not found: ", path);
   const FileFormat format = file_format(path);
-  if (format != FileFormat::kZipArchive && format != FileFormat::kSafetensors)
-    throw std::runtime_error(path +
-                             " is not a ranzcr checkpoint (.pt) nor a .safetensors file written by "
-                             "`ranzcr export`");
+  RANZCR_CHECK(format == FileFormat::kZipArchive || format == FileFormat::kSafetensors, path,
+               " is not a ranzcr checkpoint (.pt) nor a .safetensors file written by `ranzcr export`");
   return format;
 }
 
@@ -56,13 +54,13 @@ T metadata_json(const SafetensorsFile& file, const std::string& path, const std:
                 bool required) {
   auto it = file.metadata.find(key);
   if (it == file.metadata.end()) {
-    if (!required) return fallback;
-    throw std::runtime_error(path + " has no '" + key + "' metadata: it was not written by `ranzcr export`");
+    RANZCR_CHECK(!required, path, " has no '", key, "' metadata: it was not written by `ranzcr export`");
+    return fallback;
   }
   try {
     return nlohmann::json::parse(it->second).get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw std::runtime_error(path + ": metadata '" + key + "' is malformed: " + it->second);
+    RANZCR_FAIL(path, ": metadata '", key, "' is malformed: ", it->second);
   }
 }
 
@@ -86,9 +84,8 @@ void copy_exactly(torch::nn::Module& model, const SafetensorsFile& file, const s
   for (const auto& kv : model.named_parameters()) take(kv.key(), kv.value());
   for (const auto& kv : model.named_buffers()) take(kv.key(), kv.value());
   for (const auto& kv : source) problems += " unexpected " + kv.first + ";";
-  if (!problems.empty())
-    throw std::runtime_error(path + ": the weights do not fit the model its metadata names:" +
-                             problems.substr(0, problems.size() - 1));
+  RANZCR_CHECK(problems.empty(), path, ": the weights do not fit the model its metadata names:",
+               problems.substr(0, problems.size() - 1));
   torch::NoGradGuard no_grad;
   for (auto& [dst, src] : copies) dst.copy_(src.to(dst.scalar_type()));
 }
@@ -99,10 +96,9 @@ TrainedModel from_safetensors(const std::string& path, const torch::Device& devi
   TrainedModelInfo& info = out.info;
   info.path = path;
   auto name = file.metadata.find("model_name");
-  if (name == file.metadata.end())
-    throw std::runtime_error(path +
-                             " has no 'model_name' metadata: it was not written by `ranzcr export` "
-                             "(timm weights without it are a starting point: model.pretrained)");
+  RANZCR_CHECK(name != file.metadata.end(), path,
+               " has no 'model_name' metadata: it was not written by `ranzcr export` (timm weights "
+               "without it are a starting point: model.pretrained)");
   info.model.name = name->second;
   info.label_names = metadata_json<std::vector<std::string>>(file, path, "label_names", {}, true);
   info.model.in_channels = metadata_json<int>(file, path, "in_chans", 1, true);
@@ -113,7 +109,7 @@ TrainedModel from_safetensors(const std::string& path, const torch::Device& devi
   if (config != file.metadata.end()) info.config_yaml = config->second;
   auto weights = file.metadata.find("weights");
   info.ema = weights != file.metadata.end() && weights->second == "ema";
-  if (info.label_names.empty()) throw std::runtime_error(path + ": metadata 'label_names' is empty");
+  RANZCR_CHECK(!info.label_names.empty(), path, ": metadata 'label_names' is empty");
   out.model = build(info);
   copy_exactly(*out.model, file, path);
   out.model->to(device);

@@ -31,33 +31,12 @@ std::string first_line(const std::string& s) {
 
 // `o` for an error message: "None", "an int", "a dict", "a pickled module.Class object", ...
 std::string describe(const Obj& o) {
-  switch (o->kind) {
-    case PyObj::kNone:
-      return "None";
-    case PyObj::kBool:
-      return "a bool";
-    case PyObj::kInt:
-      return "an int";
-    case PyObj::kFloat:
-      return "a float";
-    case PyObj::kStr:
-      return "a str";
-    case PyObj::kBytes:
-      return "bytes";
-    case PyObj::kTuple:
-      return "a tuple";
-    case PyObj::kList:
-      return "a list";
-    case PyObj::kDict:
-      return "a dict";
-    case PyObj::kTensor:
-      return "a tensor";
-    case PyObj::kGlobal:
-      return "the function or class " + o->s;
-    case PyObj::kOpaque:
-      return "a pickled " + o->s + " object";
-  }
-  return "?";
+  if (o->kind == PyObj::kGlobal) return "the function or class " + o->s;
+  if (o->kind == PyObj::kOpaque) return "a pickled " + o->s + " object";
+  static const char* const kNames[] = {"None",  "a bool",  "an int", "a float", "a str",
+                                       "bytes", "a tuple", "a list", "a dict",  "a tensor"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == PyObj::kTensor + 1, "one name per plain kind");
+  return kNames[o->kind];
 }
 
 // The entries of a dict of tensors with string keys; empty if `o` is not one.

@@ -1,4 +1,5 @@
 #include "engine/jobs/bench.h"
+#include "engine/config/check.h"
 
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -59,7 +60,7 @@ std::vector<int64_t> bench_rows(const Config& config, const std::vector<int64_t>
   so.world_size = collectives.world_size();
   so.seed = static_cast<uint64_t>(config.seed);
   const std::vector<int64_t> order = DistributedSampler(static_cast<int64_t>(train.size()), so).indices();
-  if (order.empty()) throw std::runtime_error("bench: the training split is empty");
+  RANZCR_CHECK(!order.empty(), "bench: the training split is empty");
   std::vector<int64_t> rows;
   const size_t need = static_cast<size_t>(batches * config.train.batch_size);
   for (size_t i = 0; rows.size() < need; ++i) rows.push_back(train[order[i % order.size()]]);

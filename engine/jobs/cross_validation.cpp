@@ -1,4 +1,5 @@
 #include "engine/jobs/cross_validation.h"
+#include "engine/config/check.h"
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -37,8 +38,8 @@ FoldReport predict_fold(const Config& config, int k, const DatasetIndex& index, 
   f.checkpoint = (fs::path(fc.output.dir) / "checkpoints" / "best.pt").string();
   TrainedModel trained = load_trained_model(f.checkpoint, device);
   if (trained.info.label_names != index.label_names)
-    throw std::runtime_error(f.checkpoint + " predicts other labels than " + train_csv_path(config.data) +
-                             " has; was the fold trained with another config?");
+    RANZCR_FAIL(f.checkpoint, " predicts other labels than ", train_csv_path(config.data),
+                " has; was the fold trained with another config?");
   Config ic = fc;
   ic.model = trained.info.model;
   const InferenceOptions io = inference_options(ic, device);

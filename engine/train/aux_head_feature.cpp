@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "data/annotations.h"
+#include "engine/config/check.h"
 #include "engine/runtime/precision.h"
 #include "engine/train/aux_seg.h"
 #include "engine/train/features.h"
@@ -27,8 +28,8 @@ std::shared_ptr<const ImageAnnotations> annotations_for(const DataConfig& data, 
   if (a->skipped_rows > 0)
     log.warn(std::to_string(a->skipped_rows) + " bad rows of " + path +
              " skipped (data.skip_bad_annotations)");
-  if (a->annotated_images() == 0)
-    throw std::runtime_error(path + ": no annotated training images; model.aux_seg_weight needs some");
+  RANZCR_CHECK(a->annotated_images() > 0, path,
+               ": no annotated training images; model.aux_seg_weight needs some");
   return a;
 }
 
@@ -43,7 +44,7 @@ class AuxHeadFeature : public TrainingFeature {
     try {
       channels = s.model.feature_channels();
     } catch (const std::runtime_error& e) {
-      throw std::runtime_error("model.aux_seg_weight: " + std::string(e.what()));
+      RANZCR_FAIL("model.aux_seg_weight: ", e.what());
     }
     head_ = AuxSegHead(channels);  // after the model: the model's initialisation is that of a plain run
     head_->to(s.device);

@@ -1,4 +1,5 @@
 #include "engine/train/trainer.h"
+#include "engine/config/check.h"
 
 #include <ATen/Context.h>
 #include <nlohmann/json.hpp>
@@ -177,11 +178,10 @@ void Trainer::resume(const std::string& path, bool automatic) {
       automatic ? "output.dir " + out_dir_ + " holds a run (checkpoints/last.pt) "
                 : "--resume " + path + ": the checkpoint holds a run ",
       automatic ? ": use another output.dir, or set train.resume=never to start over there" : ""};
-  if (saved.model_name != config_.model.name)
-    throw std::runtime_error(from.holds + "of model '" + saved.model_name + "' but the config trains '" +
-                             config_.model.name + "'" + from.fix);
-  if (saved.label_names != index_.label_names)
-    throw std::runtime_error(from.holds + "with other label columns than the data's" + from.fix);
+  RANZCR_CHECK(saved.model_name == config_.model.name, from.holds, "of model '", saved.model_name,
+               "' but the config trains '", config_.model.name, "'", from.fix);
+  RANZCR_CHECK(saved.label_names == index_.label_names, from.holds,
+               "with other label columns than the data's", from.fix);
   reader.restore(*model_, nullptr);
   set_memory_format(*model_, inference_options_.channels_last);
   for (auto& f : features_) f->restore(from);
@@ -251,11 +251,7 @@ void Trainer::plan_epochs() {
   so.seed = static_cast<uint64_t>(config_.seed);
   so.drop_last = loader_options_.drop_last;
   sampler_ = std::make_unique<DistributedSampler>(static_cast<int64_t>(split_.train.size()), so);
-  batch_options_.device = options_.device;
-  batch_options_.in_channels = config_.model.in_channels;
-  batch_options_.input_mean = config_.model.input_mean;
-  batch_options_.input_std = config_.model.input_std;
-  batch_options_.channels_last = inference_options_.channels_last;
+  batch_options_ = device_batch_options(inference_options_);  // as validation sees them
 
   const int64_t per_rank = sampler_->num_samples(), bs = loader_options_.batch_size;
   const int64_t batches = loader_options_.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;

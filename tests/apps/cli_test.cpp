@@ -12,21 +12,19 @@ namespace {
 
 using test::run_command;
 
-class CliTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    test::make_dataset(*dir_ / "ds", 80, 64, 12);
-    // train.device: cpu: these tests mean the CPU (2 Gloo ranks, fp32, "device": "cpu"), on a GPU host too.
-    test::write_file(*dir_ / "cfg.yaml",
-                     "data:\n  root: " + *dir_ / "ds" +
-                         "\n  image_size: 48\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 2\n"
-                         "  batch_size: 16\n  device: cpu\noutput:\n  dir: " +
-                         *dir_ / "run" + "\n");
+class CliTest : public test::CliSuite<CliTest> {
+ public:
+  static test::CliSetup setup() {
+    return test::CliSetup{80,
+                          64,
+                          12,  // on the CPU (2 Gloo ranks, fp32, "device": "cpu"), on a GPU host too
+                          {{"data.image_size", "48"},
+                           {"train.epochs", "2"},
+                           {"train.batch_size", "16"},
+                           {"output.dir", *dir_ / "run"}}};
   }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string bin() { return RANZCR_BINARY; }
-  static std::string cfg() { return *dir_ / "cfg.yaml"; }
+
+ protected:
   // Runs the binary and checks it failed with exactly one `error: ` line containing `expected`.
   static void expect_user_error(const std::string& args, const std::string& expected) {
     const auto r = run_command(bin() + " " + args);
@@ -40,9 +38,7 @@ class CliTest : public ::testing::Test {
     EXPECT_EQ(count, 1u) << r.output;
     EXPECT_NE(error_line.find(expected), std::string::npos) << "got: " << r.output;
   }
-  static test::TempDir* dir_;
 };
-test::TempDir* CliTest::dir_ = nullptr;
 
 TEST_F(CliTest, TrainEvaluatePredict) {
   const auto t = run_command(bin() + " train --config " + cfg());

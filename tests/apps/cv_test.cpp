@@ -50,24 +50,22 @@ std::map<std::string, std::vector<double>> probabilities(const std::string& path
   return out;
 }
 
-class CvTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    test::make_dataset(*dir_ / "ds", 80, 64, 12);
-    // train.device: cpu: these tests mean CPU ranks (Gloo), also on a GPU host.
-    test::write_file(
-        *dir_ / "cfg.yaml",
-        "data:\n  root: " + *dir_ / "ds" +
-            "\n  image_size: 48\n  folds: 3\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 2\n"
-            "  batch_size: 16\n  device: cpu\ndistributed:\n  timeout_seconds: 60\n  grace_seconds: 5\n");
+class CvTest : public test::CliSuite<CvTest> {
+ public:
+  static test::CliSetup setup() {
+    return test::CliSetup{80,
+                          64,
+                          12,
+                          {{"data.image_size", "48"},
+                           {"data.folds", "3"},
+                           {"train.epochs", "2"},
+                           {"train.batch_size", "16"},
+                           {"distributed.timeout_seconds", "60"},
+                           {"distributed.grace_seconds", "5"}}};
   }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string bin() { return RANZCR_BINARY; }
-  static std::string cfg() { return *dir_ / "cfg.yaml"; }
-  static test::TempDir* dir_;
+
+ protected:
 };
-test::TempDir* CvTest::dir_ = nullptr;
 
 // The acceptance test of `cv`: killed (SIGKILL) while fold 1 trains, the same command finishes without
 // training fold 0 again; oof.csv holds every training image once, and its mean AUC, recomputed here from

@@ -25,30 +25,30 @@ using test::wait_exit;
 using test::wait_for_file;
 using Clock = std::chrono::steady_clock;
 
-class DistributedCliTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    test::make_dataset(*dir_ / "ds", 96, 64, 0);
-    // train.device: cpu: these tests mean CPU ranks (Gloo), also on a GPU host.
-    test::write_file(*dir_ / "cfg.yaml",
-                     "data:\n  root: " + *dir_ / "ds" +
-                         "\n  image_size: 32\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 2\n"
-                         "  batch_size: 8\n  log_every_seconds: 0.2\n  device: cpu\ndistributed:\n"
-                         "  timeout_seconds: 60\n  grace_seconds: 5\n");
+class DistributedCliTest : public test::CliSuite<DistributedCliTest> {
+ public:
+  static test::CliSetup setup() {
+    return test::CliSetup{96,
+                          64,
+                          0,
+                          {{"data.image_size", "32"},
+                           {"train.epochs", "2"},
+                           {"train.batch_size", "8"},
+                           {"train.log_every_seconds", "0.2"},
+                           {"distributed.timeout_seconds", "60"},
+                           {"distributed.grace_seconds", "5"}}};
   }
-  static void TearDownTestSuite() { delete dir_; }
+
+ protected:
   // `train` arguments for a run folder `name` with more --set overrides.
   static std::vector<std::string> train_args(const std::string& name, std::vector<std::string> sets) {
-    std::vector<std::string> a = {"train", "--config", *dir_ / "cfg.yaml", "--set",
+    std::vector<std::string> a = {"train", "--config", cfg(), "--set",
                                   "output.dir=" + *dir_ / name};
     for (auto& s : sets) a.insert(a.end(), {"--set", s});
     return a;
   }
   static std::string run_dir(const std::string& name) { return *dir_ / name; }
-  static test::TempDir* dir_;
 };
-test::TempDir* DistributedCliTest::dir_ = nullptr;
 
 TEST_F(DistributedCliTest, SigtermToLauncherStopsWorkersAndLeavesAResumableCheckpoint) {
   const std::string run = run_dir("sigterm");

@@ -18,26 +18,28 @@ namespace fs = std::filesystem;
 using test::run_command;
 using Clock = std::chrono::steady_clock;
 
-class ReliabilityTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    test::make_dataset(*dir_ / "ds", 400, 64, 0);
-    // train.device: cpu: these tests mean CPU ranks (Gloo), also on a GPU host.
-    test::write_file(
-        *dir_ / "cfg.yaml",
-        "data:\n  root: " + *dir_ / "ds" +
-            "\n  image_size: 32\n  num_workers: 1\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 1\n"
-            "  batch_size: 8\n  num_threads: 1\n  log_every_seconds: 0.1\n  device: cpu\ndistributed:\n"
-            "  timeout_seconds: 60\n  grace_seconds: 60\n");
+class ReliabilityTest : public test::CliSuite<ReliabilityTest> {
+ public:
+  static test::CliSetup setup() {
+    return test::CliSetup{400,
+                          64,
+                          0,
+                          {{"data.image_size", "32"},
+                           {"data.num_workers", "1"},
+                           {"train.epochs", "1"},
+                           {"train.batch_size", "8"},
+                           {"train.num_threads", "1"},
+                           {"train.log_every_seconds", "0.1"},
+                           {"distributed.timeout_seconds", "60"},
+                           {"distributed.grace_seconds", "60"}}};
   }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string bin() { return RANZCR_BINARY; }
+
+ protected:
   static std::string train_cmd(const std::string& run, const std::string& sets = "") {
-    return bin() + " train --config " + *dir_ / "cfg.yaml" + " --set output.dir=" + run + " " + sets;
+    return bin() + " train --config " + cfg() + " --set output.dir=" + run + " " + sets;
   }
   static std::vector<std::string> train_args(const std::string& run, std::vector<std::string> sets) {
-    std::vector<std::string> a = {"train", "--config", *dir_ / "cfg.yaml", "--set", "output.dir=" + run};
+    std::vector<std::string> a = {"train", "--config", cfg(), "--set", "output.dir=" + run};
     for (auto& s : sets) a.insert(a.end(), {"--set", s});
     return a;
   }
@@ -46,9 +48,7 @@ class ReliabilityTest : public ::testing::Test {
     for (const auto& m : test::read_metrics(run)) e.push_back(m["epoch"].get<int64_t>());
     return e;
   }
-  static test::TempDir* dir_;
 };
-test::TempDir* ReliabilityTest::dir_ = nullptr;
 
 size_t count_lines_starting(const std::string& text, const std::string& prefix) {
   size_t n = 0;

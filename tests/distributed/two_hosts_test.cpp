@@ -73,21 +73,21 @@ class TwoHostNetwork {
   bool created_[2] = {false, false};
 };
 
-class TwoHostsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    test::make_dataset(*dir_ / "ds", 64, 64, 0);
-    // train.device: cpu: these tests mean CPU ranks (Gloo), also on a GPU host.
-    test::write_file(
-        *dir_ / "cfg.yaml",
-        "data:\n  root: " + *dir_ / "ds" +
-            "\n  image_size: 32\nmodel:\n  name: tiny_cnn\ntrain:\n  epochs: 1\n"
-            "  batch_size: 8\n  device: cpu\ndistributed:\n  nproc_per_node: 1\n  timeout_seconds: 60\n"
-            "  grace_seconds: 5\n");
+class TwoHostsTest : public test::CliSuite<TwoHostsTest> {
+ public:
+  static test::CliSetup setup() {
+    return test::CliSetup{64,
+                          64,
+                          0,
+                          {{"data.image_size", "32"},
+                           {"train.epochs", "1"},
+                           {"train.batch_size", "8"},
+                           {"distributed.nproc_per_node", "1"},
+                           {"distributed.timeout_seconds", "60"},
+                           {"distributed.grace_seconds", "5"}}};
   }
-  static void TearDownTestSuite() { delete dir_; }
 
+ protected:
   void SetUp() override {
     net_ = std::make_unique<TwoHostNetwork>();
     if (!net_->error().empty()) GTEST_SKIP() << net_->error();
@@ -112,7 +112,7 @@ class TwoHostsTest : public ::testing::Test {
                                     "MASTER_ADDR=" + net_->address(0),
                                     "MASTER_PORT=29500"};
       a.insert(a.end(), env[n].begin(), env[n].end());
-      a.insert(a.end(), {RANZCR_BINARY, "train", "--config", *dir_ / "cfg.yaml", "--set",
+      a.insert(a.end(), {RANZCR_BINARY, "train", "--config", cfg(), "--set",
                          "output.dir=" + *dir_ / name});
       for (const auto& s : sets) a.insert(a.end(), {"--set", s});
       const std::vector<std::string> rest(a.begin() + 1, a.end());
@@ -134,9 +134,7 @@ class TwoHostsTest : public ::testing::Test {
   }
 
   std::unique_ptr<TwoHostNetwork> net_;
-  static test::TempDir* dir_;
 };
-test::TempDir* TwoHostsTest::dir_ = nullptr;
 
 TEST_F(TwoHostsTest, EnvInitBindsGlooToTheAddressThatRoutesToTheMaster) {
   const std::vector<std::string> env[2];
