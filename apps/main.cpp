@@ -44,12 +44,18 @@ struct Commands {
   void add(CLI::App* sub, std::function<int()> run) { runs.emplace_back(sub, std::move(run)); }
 };
 
+// --config (required), --set and --nproc-per-node: what every job of one config file takes.
+template <class Args>
+void add_job_options(CLI::App* sub, Args& a, const std::string& config_help, const std::string& set_example) {
+  sub->add_option("--config", a.config, config_help)->required();
+  sub->add_option("--set", a.sets, "Override a config key: --set " + set_example + " (value parsed as YAML)");
+  sub->add_option("--nproc-per-node", a.nproc_per_node, "Worker processes on this node: N or auto");
+}
+
 void add_train(CLI::App& app, Commands& c) {
   auto* t = app.add_subcommand("train", "Train a model from a YAML config");
-  t->add_option("--config", c.train.config, "YAML config file")->required();
-  t->add_option("--set", c.train.sets, "Override a config key: --set train.epochs=3 (value parsed as YAML)");
+  add_job_options(t, c.train, "YAML config file", "train.epochs=3");
   t->add_option("--resume", c.train.resume, "Resume from a checkpoint (model, optimizer, schedule, epoch)");
-  t->add_option("--nproc-per-node", c.train.nproc_per_node, "Worker processes on this node: N or auto");
   c.add(t, [&c] { return ranzcr::run_train(c.train); });
 }
 
@@ -61,6 +67,8 @@ void add_model_options(CLI::App* sub, ranzcr::EvalArgs& a) {
                   "Checkpoint (.pt) or exported .safetensors file; repeat it for an ensemble");
   sub->add_option("--checkpoints-from", a.checkpoints_from,
                   "Run folder: its checkpoints/best.pt, or a cv folder's every fold_K/checkpoints/best.pt");
+  sub->add_flag("--tta", a.tta, "Average with the horizontally flipped image");
+  sub->add_option("--nproc-per-node", a.nproc_per_node, "Worker processes sharing the images: N or auto");
 }
 
 void add_evaluate_predict(CLI::App& app, Commands& c) {
@@ -69,8 +77,6 @@ void add_evaluate_predict(CLI::App& app, Commands& c) {
   e->add_option("--csv", c.eval.csv, "Labelled CSV to evaluate on (default: the config's validation split)");
   e->add_option("--images", c.eval.images, "Image folder for --csv");
   e->add_option("--out", c.eval.out, "Write metrics JSON here");
-  e->add_flag("--tta", c.eval.tta, "Average with the horizontally flipped image");
-  e->add_option("--nproc-per-node", c.eval.nproc_per_node, "Worker processes sharing the images: N or auto");
   c.add(e, [&c] { return ranzcr::run_evaluate(c.eval); });
 
   auto* p = app.add_subcommand("predict", "Write a Kaggle submission CSV of probabilities");
@@ -78,27 +84,20 @@ void add_evaluate_predict(CLI::App& app, Commands& c) {
   p->add_option("--images", c.pred.images, "Image folder (every <id><data.image_ext> in it)")->required();
   p->add_option("--csv", c.pred.csv, "Predict only the ids listed in this CSV (e.g. sample_submission.csv)");
   p->add_option("--out", c.pred.out, "Submission CSV to write")->required();
-  p->add_flag("--tta", c.pred.tta, "Average with the horizontally flipped image");
-  p->add_option("--nproc-per-node", c.pred.nproc_per_node, "Worker processes sharing the images: N or auto");
   c.add(p, [&c] { return ranzcr::run_predict(c.pred); });
 }
 
 void add_cv_bench(CLI::App& app, Commands& c) {
   auto* cv = app.add_subcommand("cv", "Train every fold of data.folds, then out-of-fold predictions");
-  cv->add_option("--config", c.cv.config, "YAML config file (data.folds >= 2)")->required();
-  cv->add_option("--set", c.cv.sets, "Override a config key: --set data.folds=5");
-  cv->add_option("--nproc-per-node", c.cv.nproc_per_node,
-                 "Worker processes per fold on this node: N or auto");
+  add_job_options(cv, c.cv, "YAML config file (data.folds >= 2)", "data.folds=5");
   c.add(cv, [&c] { return ranzcr::run_cv(c.cv); });
 
   auto* b = app.add_subcommand("bench", "Images per second of a config: loader, compute, end to end");
-  b->add_option("--config", c.bench.config, "YAML config file")->required();
-  b->add_option("--set", c.bench.sets, "Override a config key");
+  add_job_options(b, c.bench, "YAML config file", "train.batch_size=64");
   b->add_option("--steps", c.bench.steps, "Timed batches/steps per figure")->check(CLI::Range(1, 1000000));
   b->add_option("--warmup", c.bench.warmup, "Untimed batches/steps before each figure")
       ->check(CLI::Range(0, 1000000));
   b->add_option("--out", c.bench.out, "Write the figures as JSON here");
-  b->add_option("--nproc-per-node", c.bench.nproc_per_node, "Worker processes on this node: N or auto");
   c.add(b, [&c] { return ranzcr::run_bench(c.bench); });
 }
 

@@ -248,16 +248,14 @@ class Unpickler {
   // Tuples, lists (and sets, read as lists) and dicts: built empty, from a mark, or added to.
   bool collection_op(PickleOpCode op) {
     switch (op) {
-      case PickleOpCode::EMPTY_TUPLE:
-        return pushed(make(PyObj::kTuple));
+      case PickleOpCode::TUPLE1:
+      case PickleOpCode::TUPLE2:
+      case PickleOpCode::TUPLE3:
+        return push_tuple(op == PickleOpCode::TUPLE1 ? 1 : op == PickleOpCode::TUPLE2 ? 2 : 3);
       case PickleOpCode::TUPLE:
         return pushed(make_items(PyObj::kTuple, pop_mark()));
-      case PickleOpCode::TUPLE1:
-        return push_tuple(1);
-      case PickleOpCode::TUPLE2:
-        return push_tuple(2);
-      case PickleOpCode::TUPLE3:
-        return push_tuple(3);
+      case PickleOpCode::EMPTY_TUPLE:
+        return pushed(make(PyObj::kTuple));
       case PickleOpCode::EMPTY_LIST:
       case PickleOpCode::EMPTY_SET:
         return pushed(make(PyObj::kList));
