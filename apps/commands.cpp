@@ -167,12 +167,13 @@ int run_cv(const CvArgs& args) {
     TrainOptions options;
     options.device = device;
     options.stop_signal = &stop_signal();
-    const CvResult r = run_cross_validation(c, collectives, log, options);
-    if (r.stopped_by_signal) return 128 + r.stopped_by_signal;
-    if (r.report)
-      log.info("cv: out-of-fold mean AUC " + std::to_string(r.report->auc.mean) + " over " +
-               std::to_string(r.report->num_images) + " images; wrote " + c.output.dir + "/oof.csv and " +
-               c.output.dir + "/cv.json");
+    if (const int sig = train_folds(c, collectives, log, options)) return 128 + sig;
+    if (!collectives.is_main()) return 0;
+    if (c.train.num_threads == 0) torch::set_num_threads(hardware_threads());  // the other ranks are done
+    const CvReport report = write_out_of_fold(c, device, log);
+    log.info("cv: out-of-fold mean AUC " + std::to_string(report.auc.mean) + " over " +
+             std::to_string(report.num_images) + " images; wrote " + c.output.dir + "/oof.csv and " +
+             c.output.dir + "/cv.json");
     return 0;
   };
   return run_job(config, args.argv, body);

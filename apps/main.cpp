@@ -87,11 +87,13 @@ void add_evaluate_predict(CLI::App& app, Commands& c) {
   c.add(p, [&c] { return ranzcr::run_predict(c.pred); });
 }
 
-void add_cv_bench(CLI::App& app, Commands& c) {
+void add_cv(CLI::App& app, Commands& c) {
   auto* cv = app.add_subcommand("cv", "Train every fold of data.folds, then out-of-fold predictions");
   add_job_options(cv, c.cv, "YAML config file (data.folds >= 2)", "data.folds=5");
   c.add(cv, [&c] { return ranzcr::run_cv(c.cv); });
+}
 
+void add_bench(CLI::App& app, Commands& c) {
   auto* b = app.add_subcommand("bench", "Images per second of a config: loader, compute, end to end");
   add_job_options(b, c.bench, "YAML config file", "train.batch_size=64");
   b->add_option("--steps", c.bench.steps, "Timed batches/steps per figure")->check(CLI::Range(1, 1000000));
@@ -101,7 +103,7 @@ void add_cv_bench(CLI::App& app, Commands& c) {
   c.add(b, [&c] { return ranzcr::run_bench(c.bench); });
 }
 
-void add_tools(CLI::App& app, Commands& c) {
+void add_synth(CLI::App& app, Commands& c) {
   auto* s = app.add_subcommand("synth", "Generate a synthetic RANZCR-shaped data set (Kaggle layout)");
   s->add_option("--out", c.synth.out, "Output folder (must not exist)")->required();
   s->add_option("--num-images", c.synth.num_images, "Training studies")->check(CLI::Range(10, 10000000));
@@ -110,7 +112,10 @@ void add_tools(CLI::App& app, Commands& c) {
   s->add_option("--seed", c.synth.seed, "Generator seed");
   s->add_option("--threads", c.synth.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
   c.add(s, [&c] { return ranzcr::run_synth(c.synth); });
+}
 
+// plot, export, models.
+void add_tools(CLI::App& app, Commands& c) {
   auto* pl = app.add_subcommand("plot", "Redraw a run folder's PNG training curves from its metrics.jsonl");
   pl->add_option("RUN_DIR", c.plot.run_dir, "Run folder (output.dir)")->required();
   c.add(pl, [&c] { return ranzcr::run_plot(c.plot); });
@@ -134,7 +139,9 @@ int main(int argc, char** argv) {
   Commands commands;
   add_train(app, commands);
   add_evaluate_predict(app, commands);
-  add_cv_bench(app, commands);
+  add_cv(app, commands);
+  add_synth(app, commands);
+  add_bench(app, commands);
   add_tools(app, commands);
   // Workers started by the launcher re-run the same command line.
   const std::vector<std::string> args(argv + 1, argv + argc);

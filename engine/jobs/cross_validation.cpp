@@ -168,9 +168,7 @@ int stop_requested(Collectives& collectives, const std::atomic<int>* flag) {
 
 }  // namespace
 
-CvResult run_cross_validation(const Config& config, Collectives& collectives, RunLog& log,
-                              const TrainOptions& options) {
-  CvResult result;
+int train_folds(const Config& config, Collectives& collectives, RunLog& log, const TrainOptions& options) {
   for (int k = 0; k < config.data.folds; ++k) {
     const Config fold = fold_config(config, k);
     const std::string name = "cv: fold " + std::to_string(k) + " of " + std::to_string(config.data.folds);
@@ -179,17 +177,16 @@ CvResult run_cross_validation(const Config& config, Collectives& collectives, Ru
       log.info(name + ": already finished (" + done + ") in " + fold.output.dir + "; not trained again");
       continue;
     }
-    if ((result.stopped_by_signal = stop_requested(collectives, options.stop_signal))) return result;
+    if (const int sig = stop_requested(collectives, options.stop_signal)) return sig;
     log.info(name + ": training in " + fold.output.dir);
     const TrainSummary summary = train(fold, collectives, log, options);
-    if ((result.stopped_by_signal = summary.stopped_by_signal)) return result;
+    if (summary.stopped_by_signal) return summary.stopped_by_signal;
     if (!summary.already_finished)
-      log.info(name + ": done, best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " +
+      log.info("done: best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " +
                fold.output.dir);
+    log.close_file();  // the fold's log.txt holds the fold alone
   }
-  if ((result.stopped_by_signal = stop_requested(collectives, options.stop_signal))) return result;
-  if (collectives.is_main()) result.report = write_out_of_fold(config, options.device, log);
-  return result;
+  return stop_requested(collectives, options.stop_signal);
 }
 
 }  // namespace ranzcr

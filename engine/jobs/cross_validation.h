@@ -4,8 +4,6 @@
 
 #include <torch/types.h>
 
-#include <optional>
-
 #include <string>
 #include <vector>
 
@@ -50,16 +48,10 @@ struct CvReport {
 /// num_images). `config` is the cv run's (data.folds >= 2, every fold trained).
 CvReport write_out_of_fold(const Config& config, const torch::Device& device, RunLog& log);
 
-struct CvResult {
-  int stopped_by_signal = 0;       // non-zero: a stop request ended it (the fold's last.pt saved)
-  std::optional<CvReport> report;  // the out-of-fold report (main rank, when every fold is trained)
-};
-
-/// `ranzcr cv` on every rank of a job: trains each fold of data.folds in turn in this process group (a
-/// train run of fold_config, skipped when fold_finished says so on the main rank), then the main rank
-/// writes the out-of-fold predictions on `options.device` (write_out_of_fold). A stop request
-/// (options.stop_signal on any rank) ends it after the fold's last.pt is saved.
-CvResult run_cross_validation(const Config& config, Collectives& collectives, RunLog& log,
-                              const TrainOptions& options);
+/// `ranzcr cv`'s training, on every rank of a job: trains each fold of data.folds in turn in this process
+/// group (a train run of fold_config, skipped when fold_finished says so on the main rank). Returns 0, or
+/// the signal of a stop request (options.stop_signal on any rank), which ends it after the fold's last.pt
+/// is saved. The main rank then writes the out-of-fold predictions (write_out_of_fold).
+int train_folds(const Config& config, Collectives& collectives, RunLog& log, const TrainOptions& options);
 
 }  // namespace ranzcr

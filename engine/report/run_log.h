@@ -23,9 +23,19 @@ class RunLog {
   /// Tests: explicit streams and terminal mode.
   RunLog(bool enabled, std::ostream& out, std::ostream& err, bool terminal)
       : enabled_(enabled), out_(out), err_(err), terminal_(terminal) {}
-  /// Also append to `path` from now on.
+  /// Also append to `path` from now on, instead of the file opened before (one run after another, as
+  /// the folds of `cv`, each get their own log.txt).
   void open_file(const std::string& path) {
-    if (enabled_) file_.open(path, std::ios::app);
+    if (!enabled_) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (file_.is_open()) file_.close();
+    file_.clear();
+    file_.open(path, std::ios::app);
+  }
+  /// Stops appending to the file (stdout and stderr go on).
+  void close_file() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (file_.is_open()) file_.close();
   }
   void info(const std::string& msg) { emit(out_, "", msg); }
   void warn(const std::string& msg) { emit(err_, "warning: ", msg); }

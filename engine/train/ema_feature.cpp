@@ -1,4 +1,8 @@
 // train.ema_decay > 0: the EMA of the weights as a training feature (the averaging itself: ema.h).
+#include <ATen/Context.h>
+
+#include <mutex>
+
 #include "engine/io/pretrained.h"
 #include "engine/runtime/precision.h"
 #include "engine/train/ema.h"
@@ -14,7 +18,19 @@ class EmaFeature : public TrainingFeature {
   void setup(TrainingSetup& s) override {
     Config shadow = s.config;  // its weights come from the model (ModelEma copies them)
     shadow.model.pretrained.clear();
+    // Its initialisation leaves the run's random stream as it was, so what is built after it (the
+    // auxiliary head) starts as in a run without EMA.
+    at::Generator gen = at::globalContext().defaultGenerator(torch::kCPU);
+    torch::Tensor state;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state = gen.get_state();
+    }
     model_ = make_model(shadow, static_cast<int64_t>(s.index.num_labels()), s.device, s.channels_last);
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    }
     EmaOptions eo;
     eo.decay = decay_;
     ema_ = std::make_unique<ModelEma>(s.model, model_, eo);

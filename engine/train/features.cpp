@@ -22,8 +22,8 @@ std::unique_ptr<TrainingFeature> make_before_validation_feature(std::function<vo
 
 TrainingFeatures make_training_features(const Config& config, const TrainOptions& options) {
   std::vector<std::unique_ptr<TrainingFeature>> all;
-  all.push_back(make_aux_head_feature(config));
   all.push_back(make_ema_feature(config));
+  all.push_back(make_aux_head_feature(config));
   all.push_back(make_keep_every_feature(config));
   all.push_back(make_top_checkpoints_feature(config));
   all.push_back(make_early_stop_feature(config));

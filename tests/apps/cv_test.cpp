@@ -157,6 +157,11 @@ TEST_F(CvTest, TwoProcessesPerFoldAndEnsembleFromTheCvFolder) {
     EXPECT_EQ(read_checkpoint_meta(out + "/fold_" + std::to_string(k) + "/checkpoints/last.pt").world_size,
               2);
   EXPECT_EQ(read_csv(out + "/oof.csv").rows.size(), 80u);
+  for (int k = 0; k < 2; ++k) {  // one job trains both folds: each still logs to its own log.txt
+    const std::string log = test::read_file(out + "/fold_" + std::to_string(k) + "/log.txt");
+    EXPECT_NE(log.find("] model: tiny_cnn"), std::string::npos) << "fold " << k << ": " << log;
+    EXPECT_EQ(log.find("fold_" + std::to_string(1 - k)), std::string::npos) << "fold " << k << ": " << log;
+  }
 
   const std::string images = " --images " + *dir_ / "ds/test";
   auto predict = [&](const std::string& models, const std::string& csv) {

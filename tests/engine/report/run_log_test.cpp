@@ -48,5 +48,21 @@ TEST(RunLog, ProgressIsALinePerRecordInPipesAndLogs) {
   EXPECT_EQ(out.str(), "epoch 3/12 step 37/74 loss 0.2500 lr 0.001000 180.5 img/s eta 1:15\n");
 }
 
+// Runs one after another in one process (the folds of cv) each write their own log file.
+TEST(RunLog, AnotherFileTakesOverFromTheFirst) {
+  test::TempDir dir;
+  std::ostringstream out, err;
+  RunLog log(true, out, err, false);
+  log.open_file(dir / "a.txt");
+  log.info("first");
+  log.open_file(dir / "b.txt");
+  log.info("second");
+  const std::string a = test::read_file(dir / "a.txt"), b = test::read_file(dir / "b.txt");
+  EXPECT_NE(a.find("] first"), std::string::npos) << a;
+  EXPECT_EQ(a.find("second"), std::string::npos) << a;
+  EXPECT_NE(b.find("] second"), std::string::npos) << b;
+  EXPECT_EQ(b.find("first"), std::string::npos) << b;
+}
+
 }  // namespace
 }  // namespace ranzcr
