@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <csignal>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -151,19 +150,11 @@ CvReport write_out_of_fold(const Config& config, const torch::Device& device, Ru
 
 namespace {
 
-// Rank 0's answer, on every rank.
-std::string main_rank_answer(Collectives& collectives, const std::string& answer) {
-  torch::Tensor yes = torch::tensor({answer.empty() ? 0.0 : 1.0}, torch::kDouble);
-  collectives.broadcast(yes, 0);
-  return yes.item<double>() > 0 ? (answer.empty() ? std::string("finished on rank 0") : answer) : "";
-}
-
-// A stop request on any rank (the signal of this rank's, else SIGTERM), 0 for none.
-int stop_requested(Collectives& collectives, const std::atomic<int>* flag) {
-  const int local = flag ? flag->load() : 0;
-  torch::Tensor any = torch::tensor({local > 0 ? 1.0 : 0.0}, torch::kDouble);
-  collectives.all_reduce_sum(any);
-  return any.item<double>() > 0 ? (local > 0 ? local : SIGTERM) : 0;
+// Rank 0's `yes`, on every rank.
+bool main_rank_says(Collectives& collectives, bool yes) {
+  torch::Tensor t = torch::tensor({yes ? 1.0 : 0.0}, torch::kDouble);
+  collectives.broadcast(t, 0);
+  return t.item<double>() > 0;
 }
 
 }  // namespace
@@ -172,8 +163,8 @@ int train_folds(const Config& config, Collectives& collectives, RunLog& log, con
   for (int k = 0; k < config.data.folds; ++k) {
     const Config fold = fold_config(config, k);
     const std::string name = "cv: fold " + std::to_string(k) + " of " + std::to_string(config.data.folds);
-    const std::string done = main_rank_answer(collectives, collectives.is_main() ? fold_finished(fold) : "");
-    if (!done.empty()) {
+    const std::string done = collectives.is_main() ? fold_finished(fold) : "";  // only rank 0 logs it
+    if (main_rank_says(collectives, !done.empty())) {
       log.info(name + ": already finished (" + done + ") in " + fold.output.dir + "; not trained again");
       continue;
     }

@@ -1,10 +1,7 @@
 // train.ema_decay > 0: the EMA of the weights as a training feature (the averaging itself: ema.h).
-#include <ATen/Context.h>
-
-#include <mutex>
-
 #include "engine/io/pretrained.h"
 #include "engine/runtime/precision.h"
+#include "engine/runtime/random_state.h"
 #include "engine/train/ema.h"
 #include "engine/train/features.h"
 
@@ -20,17 +17,9 @@ class EmaFeature : public TrainingFeature {
     shadow.model.pretrained.clear();
     // Its initialisation leaves the run's random stream as it was, so what is built after it (the
     // auxiliary head) starts as in a run without EMA.
-    at::Generator gen = at::globalContext().defaultGenerator(torch::kCPU);
-    torch::Tensor state;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      state = gen.get_state();
-    }
+    const torch::Tensor state = generator_state(torch::kCPU);
     model_ = make_model(shadow, static_cast<int64_t>(s.index.num_labels()), s.device, s.channels_last);
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state);
-    }
+    set_generator_state(torch::kCPU, state);
     EmaOptions eo;
     eo.decay = decay_;
     ema_ = std::make_unique<ModelEma>(s.model, model_, eo);

@@ -39,7 +39,6 @@ struct TrainingSetup {
   const DatasetIndex& index;
   std::string checkpoint_dir;  // output.dir/checkpoints
   Classifier& model;           // built, seeded, on the device
-  std::shared_ptr<Classifier> model_ptr;
   /// Modules trained beside the model, by checkpoint part name: their parameters join the optimizer and
   /// DDP synchronises them; they are saved and restored by the feature (save/restore).
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>& trained_modules;

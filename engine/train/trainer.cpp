@@ -1,7 +1,6 @@
 #include "engine/train/trainer.h"
 #include "engine/config/check.h"
 
-#include <ATen/Context.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -10,6 +9,7 @@
 #include "engine/io/pretrained.h"
 #include "engine/report/curves.h"
 #include "engine/report/tensorboard_writer.h"
+#include "engine/runtime/random_state.h"
 #include "engine/train/fused_optimizer.h"
 #include "engine/train/trainer_impl.h"
 
@@ -39,12 +39,7 @@ torch::Tensor fitting_rng_state(const CheckpointMeta& saved, int rank, const tor
                                 RunLog& log) {
   const torch::Tensor state = saved.rng_states[rank];
   const std::string type = c10::DeviceTypeName(device.type(), /*lower_case=*/true);
-  at::Generator gen = at::globalContext().defaultGenerator(device);
-  int64_t bytes = 0;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    bytes = gen.get_state().numel();
-  }
+  const int64_t bytes = generator_state(device).numel();
   std::string why;
   if (!saved.rng_device.empty() && saved.rng_device != type)
     why = "are a " + saved.rng_device + " generator's and this run is on " + type;
@@ -67,6 +62,10 @@ bool drop_last_batch(const Config& config, size_t train_rows, int world_size) {
 bool run_finished(const TrainConfig& train, const CheckpointMeta& meta) {
   const int patience = train.early_stop_patience;
   return meta.epoch >= train.epochs || (patience > 0 && meta.epochs_since_best >= patience);
+}
+
+int stop_requested(Collectives& collectives, const std::atomic<int>* flag) {
+  return Poll(collectives, flag, /*every_step=*/false).signal_between_epochs();
 }
 
 TrainSummary train(Config config, Collectives& collectives, RunLog& log, const TrainOptions& options) {
@@ -122,9 +121,8 @@ void Trainer::build_model() {
   if (!config_.model.pretrained.empty())
     if (const std::string w = pretrained_normalisation_warning(config_.model); !w.empty()) log_.warn(w);
   features_ = make_training_features(config_, options_);
-  TrainingSetup setup{config_,        collectives_, log_,    device, inference_options_.channels_last,
-                      index_,         ckpt_dir_,    *model_, model_, trained_modules_,
-                      loader_options_};
+  TrainingSetup setup{config_, collectives_, log_,    device,           inference_options_.channels_last,
+                      index_,  ckpt_dir_,    *model_, trained_modules_, loader_options_};
   for (auto& f : features_) f->setup(setup);
   extra_loss_ = setup.extra_loss;
   std::vector<torch::Tensor> parameters = model_->parameters();

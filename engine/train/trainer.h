@@ -48,6 +48,10 @@ struct TrainSummary {
 /// early): resuming it with train.resume auto has nothing to train.
 bool run_finished(const TrainConfig& train, const CheckpointMeta& meta);
 
+/// A stop request (SIGINT/SIGTERM, in `flag`) on any rank: this rank's signal, SIGTERM when only another
+/// rank's was raised, 0 for none. Every rank must call it (a collective).
+int stop_requested(Collectives& collectives, const std::atomic<int>* flag);
+
 /// Trains per `config` (already validated). Throws std::runtime_error on user errors, and when the loss
 /// turns NaN/inf (nothing is saved then: the last checkpoint stays the last good one).
 TrainSummary train(Config config, Collectives& collectives, RunLog& log, const TrainOptions& options);

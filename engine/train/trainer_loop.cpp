@@ -1,6 +1,5 @@
 // The Trainer's epoch loop: fit over train_epoch (train_batch, after_step) and finish_epoch (validate,
 // the epoch record, the features' epoch end, save). Set-up: trainer.cpp.
-#include <ATen/Context.h>
 
 #include <cmath>
 #include <iomanip>
@@ -8,6 +7,7 @@
 
 #include "engine/report/metrics.h"
 #include "engine/runtime/cuda_support.h"
+#include "engine/runtime/random_state.h"
 #include "engine/train/trainer_impl.h"
 
 namespace ranzcr {
@@ -58,9 +58,7 @@ void Trainer::seed_epoch(int64_t epoch) {
                         static_cast<uint64_t>(collectives_.rank()) * 0x9E3779B97F4A7C15ULL;
   torch::manual_seed(seed);
   if (!resume_rng_.defined()) return;
-  at::Generator gen = at::globalContext().defaultGenerator(options_.device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(resume_rng_);
+  set_generator_state(options_.device, resume_rng_);
   resume_rng_ = torch::Tensor();
 }
 
@@ -138,16 +136,9 @@ std::string Trainer::divergence_message(int64_t epoch) const {
 void Trainer::stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_batches) {
   meta_.epoch_batches_done = batches_done;
   meta_.epoch_metric = -1;
-  {  // every rank's generator state, so random ops continue where they were
-    at::Generator gen = at::globalContext().defaultGenerator(options_.device);
-    torch::Tensor state;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      state = gen.get_state();
-    }
-    meta_.rng_states = collectives_.all_gather_cat(state.unsqueeze(0)).cpu();
-    meta_.rng_device = c10::DeviceTypeName(options_.device.type(), /*lower_case=*/true);
-  }
+  // Every rank's generator state, so random ops continue where they were.
+  meta_.rng_states = collectives_.all_gather_cat(generator_state(options_.device).unsqueeze(0)).cpu();
+  meta_.rng_device = c10::DeviceTypeName(options_.device.type(), /*lower_case=*/true);
   sync_buffers();
   if (collectives_.is_main()) save({ckpt_dir_ + "/last.pt"});
   meta_.rng_states = torch::Tensor();
