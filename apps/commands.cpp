@@ -16,6 +16,7 @@
 #include "data/synth.h"
 #include "distributed/process_group.h"
 #include "engine/infer/ensemble.h"
+#include "engine/infer/grad_cam.h"
 #include "engine/infer/inference.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/trained_model.h"
@@ -62,7 +63,7 @@ Config eval_config(const EvalArgs& args, const std::vector<std::string>& paths) 
 }
 
 // Each ensemble member's inference settings: the config's, with the model's own model section; with
-// several models also its own training data.image_size and data.augment.clahe (--set applied).
+// several models also its own training data.image_size, data.augment.clahe and data.dicom (--set applied).
 MemberOptions member_options(const EvalArgs& args, const Config& config, const torch::Device& device,
                              bool several) {
   return [&args, config, device, several](const TrainedModelInfo& info) {
@@ -72,6 +73,7 @@ MemberOptions member_options(const EvalArgs& args, const Config& config, const t
       const Config trained = parse_config(info.config_yaml, info.path + " (embedded config)", args.sets);
       own.data.image_size = trained.data.image_size;
       own.data.augment.clahe = trained.data.augment.clahe;
+      own.data.dicom = trained.data.dicom;
     }
     return inference_options(own, device, args.tta);
   };
@@ -129,11 +131,28 @@ int run_evaluate(const EvalArgs& args) {
     const EvalData data = evaluation_data(args, c);
     const EnsembleResult r = run_ensemble(paths, member_options(args, c, device, paths.size() > 1),
                                           data.index, data.rows, device, collectives);
-    if (collectives.is_main()) report_evaluation(args, paths, data, r, log);
+    if (collectives.is_main()) report_evaluation(args, c, paths, data, r, log);
     return 0;
   };
   return run_job(config, args.argv, body, /*needs_dataset=*/args.csv.empty());
 }
+
+namespace {
+
+// predict --cam: every rank writes the overlays of its share of the images.
+void write_overlays(const EvalArgs& args, const std::vector<std::string>& paths, const EnsembleResult& r,
+                    const DatasetIndex& index, const torch::Device& device, Collectives& collectives,
+                    RunLog& log) {
+  CamOptions cam;
+  cam.dir = args.cam_dir;
+  cam.labels = args.cam_labels;
+  log.info("predict: Grad-CAM overlays of " + std::to_string(r.rows.size(0)) + " images into " + cam.dir);
+  const int64_t written = write_cams(paths, r, index, cam, device, collectives);
+  log.info("predict: wrote " + std::to_string(written) + " overlays" +
+           (collectives.world_size() > 1 ? " on rank 0 (the other ranks theirs)" : "") + " into " + cam.dir);
+}
+
+}  // namespace
 
 int run_predict(const EvalArgs& args) {
   const std::vector<std::string> paths = model_paths(args);
@@ -141,14 +160,24 @@ int run_predict(const EvalArgs& args) {
   auto body = [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
     configure_device(device);
     const DatasetIndex index = prediction_index(args, c);
+    const std::optional<LabelThresholds> thresholds = prediction_thresholds(args, index.label_names);
+    if (!args.cam_dir.empty())
+      cam_label_indices(CamOptions{args.cam_dir, args.cam_labels}, index.label_names);
+    if (thresholds && !thresholds->missing.empty()) {
+      std::string names;
+      for (const auto& n : thresholds->missing) names += (names.empty() ? "" : ", ") + n;
+      log.warn(args.thresholds + " has no " + args.at + " threshold for " + names +
+               " (one class only where evaluate ran): their :" + args.at + " columns stay empty");
+    }
     std::vector<int64_t> rows(index.size());
     std::iota(rows.begin(), rows.end(), 0);
     log.info("predict: " + std::to_string(index.size()) + " images from " + args.images + " with " +
              models_text(paths));
     const EnsembleResult r = run_ensemble(paths, member_options(args, c, device, paths.size() > 1), index,
                                           rows, device, collectives);
+    if (!args.cam_dir.empty()) write_overlays(args, paths, r, index, device, collectives, log);
     if (!collectives.is_main()) return 0;
-    write_file_atomic(args.out, submission_csv(c, index, r));
+    write_file_atomic(args.out, submission_csv(c, index, r, thresholds));
     if (r.skipped > 0)
       log.warn(std::to_string(r.skipped) + " unreadable images skipped (no row written for them)");
     log.info("wrote " + args.out + " (" + std::to_string(r.probs.size(0)) + " rows)");
@@ -185,10 +214,12 @@ int run_synth(const SynthArgs& args) {
   config.num_test_images = args.num_test_images;
   config.image_size = args.image_size;
   config.seed = args.seed;
+  config.format = args.format;
   const int threads = args.threads > 0 ? args.threads : hardware_threads();
   generate_synthetic(args.out, config, threads, print_progress);
-  std::cout << "wrote " << args.out << ": train.csv, train/ (" << args.num_images
-            << "), train_annotations.csv, test/ (" << args.num_test_images
+  const char* ext = args.format == SynthFormat::kDicom ? " .dcm" : " .jpg";
+  std::cout << "wrote " << args.out << ": train.csv, train/ (" << args.num_images << ext
+            << "), train_annotations.csv, test/ (" << args.num_test_images << ext
             << "), sample_submission.csv, test_labels.csv\n";
   return 0;
 }

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "data/data_config.h"
+
 namespace ranzcr {
 
 struct TrainArgs {
@@ -24,7 +26,12 @@ struct EvalArgs {
   std::string images;                    // image folder for --csv / predict
   std::string out;
   bool tta = false;
-  std::string nproc_per_node;     // --nproc-per-node ("" = 1 process)
+  int bootstrap = 1000;       // evaluate: resamples of the AUC's confidence interval (0 = none)
+  std::string thresholds;     // predict: an operating_points.csv ("" = probabilities only)
+  std::string at = "youden";  // predict: its operating point
+  std::string cam_dir;        // predict --cam: Grad-CAM overlays here ("" = none)
+  std::vector<std::string> cam_labels{"top1"};  // --cam-labels: all, top1 or label names
+  std::string nproc_per_node;                   // --nproc-per-node ("" = 1 process)
   std::vector<std::string> argv;  // the command line after the program name (re-used by workers)
 };
 
@@ -52,6 +59,7 @@ struct SynthArgs {
   int image_size = 512;
   int seed = 7;
   int threads = 0;
+  SynthFormat format = SynthFormat::kJpeg;
 };
 
 struct PlotArgs {

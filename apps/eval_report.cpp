@@ -3,14 +3,19 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <limits>
+#include <map>
 #include <numeric>
 #include <sstream>
 
+#include "data/csv.h"
 #include "data/split.h"
 #include "engine/io/atomic_file.h"
 #include "engine/report/metrics.h"
+#include "engine/report/roc_report.h"
 
 namespace ranzcr {
 
@@ -42,17 +47,23 @@ namespace {
 
 // The per-label table on stdout.
 void print_evaluation(const std::vector<std::string>& paths, const EvalData& data, const EnsembleResult& r,
-                      const AucReport& auc, double loss) {
+                      const AucReport& auc, const std::vector<LabelRocSummary>& roc, double loss) {
   const std::vector<std::string>& names = r.models.front().label_names;
   std::cout << "evaluate " << models_text(paths) << " on " << data.source << " (" << r.rows.size(0)
             << " images)\n";
-  std::cout << std::left << std::setw(30) << "label" << std::right << std::setw(10) << "AUC" << std::setw(11)
-            << "positives\n";
+  std::cout << std::left << std::setw(30) << "label" << std::right << std::setw(10) << "AUC" << std::setw(18)
+            << "95% CI" << std::setw(11) << "positives\n";
   const auto positives = r.labels.sum(0);
   for (size_t k = 0; k < names.size(); ++k) {
     const auto& a = auc.per_class[k];
+    const auto& ci = roc[k].auc_ci;
     std::cout << std::left << std::setw(30) << names[k] << std::right << std::setw(10)
               << (a ? (std::ostringstream() << std::fixed << std::setprecision(4) << *a).str() : "undefined")
+              << std::setw(18)
+              << (ci ? (std::ostringstream()
+                        << std::fixed << std::setprecision(4) << ci->low << "-" << ci->high)
+                           .str()
+                     : "")
               << std::setw(10) << positives[k].item<int64_t>() << "\n";
   }
   std::cout << std::left << std::setw(30) << "mean" << std::right << std::setw(10) << std::fixed
@@ -60,13 +71,20 @@ void print_evaluation(const std::vector<std::string>& paths, const EvalData& dat
 }
 
 nlohmann::json evaluation_json(const std::vector<std::string>& paths, const EvalData& data,
-                               const EnsembleResult& r, const AucReport& auc, double loss) {
+                               const EnsembleResult& r, const AucReport& auc,
+                               const std::vector<LabelRocSummary>& roc, double loss) {
   const std::vector<std::string>& names = r.models.front().label_names;
-  nlohmann::json j, per_class = nlohmann::json::object();
-  for (size_t k = 0; k < names.size(); ++k)
+  nlohmann::json j, per_class = nlohmann::json::object(), ci = nlohmann::json::object(),
+                    ap = nlohmann::json::object();
+  for (size_t k = 0; k < names.size(); ++k) {
     per_class[names[k]] = auc.per_class[k] ? nlohmann::json(*auc.per_class[k]) : nlohmann::json();
+    ci[names[k]] = roc[k].auc_ci ? nlohmann::json{roc[k].auc_ci->low, roc[k].auc_ci->high} : nlohmann::json();
+    ap[names[k]] = roc[k].average_precision ? nlohmann::json(*roc[k].average_precision) : nlohmann::json();
+  }
   j["auc_mean"] = std::isnan(auc.mean) ? nlohmann::json() : nlohmann::json(auc.mean);
   j["auc"] = per_class;
+  j["auc_ci95"] = ci;
+  j["average_precision"] = ap;
   j["loss"] = loss;
   j["num_images"] = r.rows.size(0);
   j["checkpoints"] = paths;
@@ -87,21 +105,70 @@ nlohmann::json evaluation_json(const std::vector<std::string>& paths, const Eval
   return j;
 }
 
+// Each label's probabilities and truth, for the ROC report.
+std::vector<LabelScores> label_scores(const EnsembleResult& r) {
+  const std::vector<std::string>& names = r.models.front().label_names;
+  const torch::Tensor probs = r.probs.to(torch::kDouble).contiguous(),
+                      labels = r.labels.to(torch::kFloat).contiguous();
+  std::vector<LabelScores> out(names.size());
+  for (size_t k = 0; k < names.size(); ++k) {
+    out[k].name = names[k];
+    const torch::Tensor p = probs.select(1, static_cast<int64_t>(k)).contiguous();
+    const torch::Tensor l = labels.select(1, static_cast<int64_t>(k)).contiguous();
+    out[k].scores.assign(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
+    out[k].labels.assign(l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
+  }
+  return out;
+}
+
+// roc.png, pr.png and operating_points.csv in the folder of `json_path`.
+void write_roc_files(const std::string& json_path, const std::vector<LabelScores>& scores,
+                     const std::vector<LabelRocSummary>& roc) {
+  const std::filesystem::path dir = std::filesystem::path(json_path).parent_path();
+  const std::string csv = (dir / "operating_points.csv").string();
+  write_file_atomic(csv, operating_points_csv(roc));
+  write_roc_png((dir / "roc.png").string(), scores, roc);
+  write_pr_png((dir / "pr.png").string(), scores, roc);
+  std::cout << "wrote " << csv << ", " << (dir / "roc.png").string() << ", " << (dir / "pr.png").string()
+            << "\n";
+}
+
 }  // namespace
 
-void report_evaluation(const EvalArgs& args, const std::vector<std::string>& paths, const EvalData& data,
-                       const EnsembleResult& r, RunLog& log) {
+void report_evaluation(const EvalArgs& args, const Config& config, const std::vector<std::string>& paths,
+                       const EvalData& data, const EnsembleResult& r, RunLog& log) {
   const bool single = paths.size() == 1;
   const std::vector<std::string>& names = r.models.front().label_names;
   const double loss = single ? torch::binary_cross_entropy_with_logits(r.logits, r.labels).item<double>()
                              : probability_bce(r.probs, r.labels);
   const AucReport auc = multilabel_auc(single ? r.logits : r.probs, r.labels, names);
-  print_evaluation(paths, data, r, auc, loss);
+  const std::vector<LabelScores> scores = label_scores(r);
+  const std::vector<LabelRocSummary> roc =
+      summarize_roc(scores, args.bootstrap, static_cast<uint64_t>(config.seed));
+  print_evaluation(paths, data, r, auc, roc, loss);
   for (const auto& name : auc.undefined) log.warn("column '" + name + "' has a single class: AUC undefined");
   if (r.skipped > 0) log.warn(std::to_string(r.skipped) + " unreadable images skipped");
   if (args.out.empty()) return;
-  write_file_atomic(args.out, evaluation_json(paths, data, r, auc, loss).dump(2) + "\n");
+  write_file_atomic(args.out, evaluation_json(paths, data, r, auc, roc, loss).dump(2) + "\n");
   std::cout << "wrote " << args.out << "\n";
+  write_roc_files(args.out, scores, roc);
+}
+
+std::optional<LabelThresholds> prediction_thresholds(const EvalArgs& args,
+                                                     const std::vector<std::string>& labels) {
+  if (args.thresholds.empty()) return std::nullopt;
+  const std::map<std::string, double> by_label = read_thresholds(args.thresholds, args.at);
+  LabelThresholds t{args.at, {}, {}};
+  for (const auto& name : labels) {
+    const auto it = by_label.find(name);
+    t.per_label.push_back(it == by_label.end() ? std::numeric_limits<double>::quiet_NaN() : it->second);
+    if (it == by_label.end()) t.missing.push_back(name);
+  }
+  for (const auto& [name, threshold] : by_label)
+    if (std::find(labels.begin(), labels.end(), name) == labels.end())
+      throw std::runtime_error(args.thresholds + " has a threshold for label '" + name +
+                               "', which the model does not predict (another model's operating points?)");
+  return t;
 }
 
 DatasetIndex prediction_index(const EvalArgs& args, const Config& config) {
@@ -118,16 +185,22 @@ DatasetIndex prediction_index(const EvalArgs& args, const Config& config) {
   return index;
 }
 
-std::string submission_csv(const Config& config, const DatasetIndex& index, const EnsembleResult& r) {
+std::string submission_csv(const Config& config, const DatasetIndex& index, const EnsembleResult& r,
+                           const std::optional<LabelThresholds>& thresholds) {
   std::ostringstream csv;
   csv << config.data.id_column;
   for (const auto& name : index.label_names) csv << "," << name;
+  if (thresholds)
+    for (const auto& name : index.label_names) csv << "," << csv_escape(name + ":" + thresholds->point);
   csv << "\n" << std::fixed << std::setprecision(6);
   const auto pa = r.probs.accessor<double, 2>();
   const auto ra = r.rows.accessor<int64_t, 1>();
   for (int64_t i = 0; i < r.probs.size(0); ++i) {
     csv << index.ids[ra[i]];
     for (int64_t k = 0; k < r.probs.size(1); ++k) csv << "," << pa[i][k];
+    if (thresholds)
+      for (int64_t k = 0; k < r.probs.size(1); ++k)
+        csv << "," << (pa[i][k] >= thresholds->per_label[k] ? 1 : 0);
     csv << "\n";
   }
   return csv.str();

@@ -114,9 +114,15 @@ void ensure_dataset(const Config& config, RunLog& log) {
   }
   if (fs::exists(root))
     throw std::runtime_error(root.string() + " exists but has no " + config.data.train_csv);
+  const bool dicom = config.synth.format == SynthFormat::kDicom;
+  if (dicom != (config.data.image_ext == ".dcm"))
+    throw std::runtime_error("synth.format " + setting_name(config.synth.format) + " writes " +
+                             (dicom ? ".dcm" : ".jpg") + " files, but data.image_ext is '" +
+                             config.data.image_ext + "' (set both)");
   log.info("generating the synthetic data set in " + root.string() + " (" +
            std::to_string(config.synth.num_images) + " images, " + std::to_string(config.synth.image_size) +
-           " px, seed " + std::to_string(config.synth.seed) + "); done once");
+           " px, " + (config.synth.format == SynthFormat::kDicom ? "DICOM, " : "") + "seed " +
+           std::to_string(config.synth.seed) + "); done once");
   generate_synthetic(root.string(), config.synth, hardware_threads(), print_progress);
 }
 

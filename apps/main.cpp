@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,7 +77,10 @@ void add_evaluate_predict(CLI::App& app, Commands& c) {
   add_model_options(e, c.eval);
   e->add_option("--csv", c.eval.csv, "Labelled CSV to evaluate on (default: the config's validation split)");
   e->add_option("--images", c.eval.images, "Image folder for --csv");
-  e->add_option("--out", c.eval.out, "Write metrics JSON here");
+  e->add_option("--out", c.eval.out,
+                "Write metrics JSON here, and beside it roc.png, pr.png and operating_points.csv");
+  e->add_option("--bootstrap", c.eval.bootstrap, "Resamples for the AUC's 95% confidence interval (0 = none)")
+      ->check(CLI::Range(0, 1000000));
   c.add(e, [&c] { return ranzcr::run_evaluate(c.eval); });
 
   auto* p = app.add_subcommand("predict", "Write a Kaggle submission CSV of probabilities");
@@ -84,6 +88,13 @@ void add_evaluate_predict(CLI::App& app, Commands& c) {
   p->add_option("--images", c.pred.images, "Image folder (every <id><data.image_ext> in it)")->required();
   p->add_option("--csv", c.pred.csv, "Predict only the ids listed in this CSV (e.g. sample_submission.csv)");
   p->add_option("--out", c.pred.out, "Submission CSV to write")->required();
+  p->add_option("--thresholds", c.pred.thresholds,
+                "operating_points.csv (from evaluate): add a 0/1 column per label, LABEL:POINT");
+  p->add_option("--at", c.pred.at, "Its operating point: youden, sens90, sens95, spec90 or spec95")
+      ->check(CLI::IsMember({"youden", "sens90", "sens95", "spec90", "spec95"}));
+  p->add_option("--cam", c.pred.cam_dir, "Write a Grad-CAM overlay PNG per image into this folder");
+  p->add_option("--cam-labels", c.pred.cam_labels, "Labels of --cam: all, top1 (default) or label names")
+      ->expected(1, -1);
   c.add(p, [&c] { return ranzcr::run_predict(c.pred); });
 }
 
@@ -111,6 +122,10 @@ void add_synth(CLI::App& app, Commands& c) {
   s->add_option("--image-size", c.synth.image_size, "Image side, pixels")->check(CLI::Range(64, 4096));
   s->add_option("--seed", c.synth.seed, "Generator seed");
   s->add_option("--threads", c.synth.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  s->add_option("--format", c.synth.format,
+                "Image files: jpg, or dcm (DICOM: 12/16-bit, MONOCHROME1/2, compressed)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, ranzcr::SynthFormat>{
+          {"jpg", ranzcr::SynthFormat::kJpeg}, {"dcm", ranzcr::SynthFormat::kDicom}}));
   c.add(s, [&c] { return ranzcr::run_synth(c.synth); });
 }
 

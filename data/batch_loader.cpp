@@ -61,7 +61,8 @@ Batch BatchLoader::make_batch(int64_t b) const {
     const int64_t row = rows_[i];
     try {
       cv::Size size;
-      const cv::Mat gray = decode_grayscale(index_.image_paths[row], transform_.options().image_size, &size);
+      const cv::Mat gray = decode_grayscale(index_.image_paths[row], transform_.options().image_size, &size,
+                                            transform_.options().dicom_window);
       images.push_back(transform_.transform_u8(gray, epoch_, row));
       kept.push_back(row);
       sizes.push_back(size);

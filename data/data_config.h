@@ -17,6 +17,14 @@ struct AugmentConfig {
   bool clahe = false;        // contrast-limited adaptive histogram equalisation (train and eval)
 };
 
+/// How a DICOM image's stored values become [0, 1] (data.dicom.window): the file's VOI LUT or first
+/// window (min..max when it has neither), the image's min..max, or its 1st..99th percentile.
+enum class DicomWindow { kFile, kMinMax, kPercentile };
+
+struct DicomConfig {
+  DicomWindow window = DicomWindow::kFile;
+};
+
 struct DataConfig {
   std::string root = "datasets/synthetic";     // data set folder (Kaggle layout)
   std::string train_csv = "train.csv";         // labels CSV, relative to root
@@ -35,7 +43,10 @@ struct DataConfig {
   std::string annotations_csv = "train_annotations.csv";  // device polylines, relative to root
   bool skip_bad_annotations = false;  // count and skip annotation rows with unknown ids or bad polylines
   AugmentConfig augment;
+  DicomConfig dicom;
 };
+
+enum class SynthFormat { kJpeg, kDicom };
 
 struct SynthConfig {
   bool generate_if_missing = false;  // create the synthetic data set in `root` if it is absent
@@ -44,6 +55,7 @@ struct SynthConfig {
   int num_test_images = 200;  // test studies (test/ + sample_submission.csv)
   int image_size = 512;       // side of the generated images, pixels
   int seed = 7;               // generator seed
+  SynthFormat format = SynthFormat::kJpeg;  // image files: JPEG, or DICOM (12/16-bit, MONOCHROME1/2)
 };
 
 }  // namespace ranzcr

@@ -12,9 +12,13 @@ namespace ranzcr {
 
 /// Decodes an image file to CV_8UC1 grayscale. JPEGs whose shorter side is at least twice `target_size`
 /// are decoded at reduced resolution (1/2, 1/4 or 1/8, the largest factor that keeps the shorter side
-/// >= target_size). Throws std::runtime_error for a missing, unreadable, truncated or corrupt file.
-/// `original_size` (optional) gets the file's own size, before any reduced decoding.
-cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size = nullptr);
+/// >= target_size). DICOM files (a .dcm/.dicom name or the DICM preamble) go through decode_dicom with
+/// `dicom_window`; at full bit depth they are shrunk by the largest integer factor that keeps the shorter
+/// side >= target_size (area average), then rounded to 8 bits. Throws std::runtime_error for a missing,
+/// unreadable, truncated or corrupt file. `original_size` (optional) gets the file's own size, before any
+/// reduction.
+cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size = nullptr,
+                         DicomWindow dicom_window = DicomWindow::kFile);
 
 /// A seed from (seed, epoch, sample index): augmentation randomness never depends on thread timing.
 uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t index);
@@ -24,6 +28,7 @@ struct TransformOptions {
   bool train = false;     // random augmentation (train) or deterministic resize only (eval)
   AugmentConfig augment;  // ranges of the random augmentation; augment.clahe applies to both modes
   uint64_t seed = 0;
+  DicomWindow dicom_window = DicomWindow::kFile;  // how the loader decodes DICOM files (decode_grayscale)
 };
 
 /// The random geometric part of a training transform, applied after the resize to image_size: a rotation

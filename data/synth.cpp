@@ -24,6 +24,7 @@ namespace {
 struct SynthPlan {
   uint64_t seed;
   int image_size;
+  SynthFormat format;
   int64_t n_train, total;           // studies [0, n_train) are train, [n_train, total) test
   std::vector<int64_t> patient_of;  // patient index of each study
 
@@ -43,6 +44,7 @@ SynthPlan make_plan(const SynthConfig& config) {
   SynthPlan plan;
   plan.seed = static_cast<uint64_t>(config.seed);
   plan.image_size = config.image_size;
+  plan.format = config.format;
   const int64_t n_train = config.num_images, n_test = config.num_test_images, total = n_train + n_test;
   plan.n_train = n_train;
   plan.total = total;
@@ -89,15 +91,18 @@ std::string annotation_rows(const SynthStudy& st) {
   return rows;
 }
 
-// Renders study i, writes its JPEG under `dir` and returns its label and annotation rows.
+// Renders study i, writes its JPEG (or DICOM) under `dir` and returns its label and annotation rows.
 void render_and_save(const SynthPlan& plan, int64_t i, const fs::path& dir, std::string* row,
                      std::string* ann_rows) {
   const bool test = plan.is_test(i);
   SynthStudy st = render_study(plan.seed, i, plan.patient_of[i], plan.image_size, test);
   st.id = plan.study_id(i);
   st.patient = plan.patient_name(plan.patient_of[i]);
-  const fs::path file = dir / (test ? "test" : "train") / (st.id + ".jpg");
-  if (!cv::imwrite(file.string(), st.image, {cv::IMWRITE_JPEG_QUALITY, 92}))
+  const bool dicom = plan.format == SynthFormat::kDicom;
+  const fs::path file = dir / (test ? "test" : "train") / (st.id + (dicom ? ".dcm" : ".jpg"));
+  if (dicom)
+    write_synthetic_dicom(file.string(), st, i);
+  else if (!cv::imwrite(file.string(), st.image, {cv::IMWRITE_JPEG_QUALITY, 92}))
     throw std::runtime_error("cannot write " + file.string());
   *row = label_row(st);
   *ann_rows = annotation_rows(st);

@@ -129,7 +129,8 @@ class Renderer {
     return subsample(to_pixels(path, s_));
   }
 
-  cv::Mat finish(double noise) {
+  // The finished picture as 8 bits (*u8) and 16 bits (*u16).
+  void finish(double noise, cv::Mat* u8, cv::Mat* u16) {
     cv::Mat dev;
     devices_.convertTo(dev, CV_32F, 0.45 / 255.0);
     cv::GaussianBlur(dev, dev, cv::Size(0, 0), 0.0015 * s_ + 0.3);
@@ -137,9 +138,8 @@ class Renderer {
     cv::Mat n(s_, s_, CV_32F);
     cv::randn(n, 0.0, noise);  // the thread's cv::RNG, seeded in render_study from the study's rng
     img_ = img_ * a_.exposure + n;
-    cv::Mat out;
-    img_.convertTo(out, CV_8U, 255.0);
-    return out;
+    img_.convertTo(*u8, CV_8U, 255.0);
+    img_.convertTo(*u16, CV_16U, 65535.0);
   }
 
  private:
@@ -365,7 +365,7 @@ SynthStudy render_study(uint64_t seed, int64_t index, int64_t patient, int image
   for (int k = 0; k < num_cvc; ++k) add(central_venous_catheter(rng, a), 0.008, 230);
   if (uniform(rng, 0, 1) < 0.028) add(swan_ganz_catheter(rng, a), 0.008, 230);
 
-  study.image = r.finish(std::uniform_real_distribution<double>(0.015, 0.04)(rng));
+  r.finish(std::uniform_real_distribution<double>(0.015, 0.04)(rng), &study.image, &study.image16);
   return study;
 }
 

@@ -151,6 +151,7 @@ class EfficientNet : public Classifier {
       if (i == kStride8Stage) out.features = x;
     }
     x = torch::silu(bn2_->forward(conv_head_->forward(x)));
+    out.last_features = x;
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     out.logits = fc_->forward(dropout_->forward(x));
     return out;

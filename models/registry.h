@@ -18,10 +18,12 @@ struct ModelSpec {
   double dropout = 0.0;  // dropout rate before the classifier
 };
 
-/// The logits and a mid-level feature map of one forward (for training-only auxiliary heads).
+/// The logits and two feature maps of one forward: a mid-level one (for training-only auxiliary heads)
+/// and the last one (for class activation maps).
 struct ClassifierOutput {
-  torch::Tensor logits;    // [N, num_classes]
-  torch::Tensor features;  // [N, feature_channels(), H / 8, W / 8]: the first stage at stride 8
+  torch::Tensor logits;         // [N, num_classes]
+  torch::Tensor features;       // [N, feature_channels(), H / 8, W / 8]: the first stage at stride 8
+  torch::Tensor last_features;  // [N, C, h, w]: the map the head pools into the logits (last conv stage)
 };
 
 /// Base of every classifier in the zoo.
@@ -29,8 +31,8 @@ class Classifier : public torch::nn::Module {
  public:
   /// [N, in_channels, H, W] float32 -> [N, num_classes] logits.
   virtual torch::Tensor forward(torch::Tensor x) = 0;
-  /// The same logits as forward(), and the stride-8 feature map they were computed from. The default
-  /// throws std::runtime_error: the model has no such map.
+  /// The same logits as forward(), the stride-8 feature map and the last map they were computed from.
+  /// The default throws std::runtime_error: the model has no such maps.
   virtual ClassifierOutput forward_with_features(torch::Tensor x);
   /// Channels of forward_with_features' map; the default throws like it.
   virtual int64_t feature_channels() const;

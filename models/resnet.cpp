@@ -108,6 +108,7 @@ class ResNet : public Classifier {
       x = stages_[i]->forward(x);
       if (i == 1) out.features = x;  // layer2: stride 8
     }
+    out.last_features = x;
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     out.logits = fc_->forward(dropout_->forward(x));
     return out;

@@ -34,6 +34,7 @@ class TinyCnn : public Classifier {
       x = m.forward(x);
       if (++i == kStride8Modules) out.features = x;
     }
+    out.last_features = x;
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     out.logits = fc_->forward(dropout_->forward(x));
     return out;

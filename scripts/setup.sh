@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent set-up: Debian packages, LibTorch (from the torch wheel in a project-local venv, or from
+# Idempotent set-up: Debian packages, GDCM (static, release, from Debian's source package, built once into
+# third_party/gdcm/ by scripts/gdcm.sh), LibTorch (from the torch wheel in a project-local venv, or from
 # Torch_DIR), then configure and build with Ninja into build/. Safe to run again: it skips what is done.
 #   scripts/setup.sh            # everything
 #   TORCH_PIP_SPEC=torch==2.11.0 scripts/setup.sh   # another torch wheel
@@ -39,10 +40,26 @@ if [ -n "${RANZCR_BUNDLE:-}" ]; then
   command -v ninja >/dev/null || missing="$missing ninja-build"
   [ -z "$missing" ] || apt_install $missing
 else
-  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev"
+  # dpkg-dev: dpkg-source unpacks GDCM's Debian source package (step 1b).
+  PKGS="build-essential cmake ninja-build pkg-config dpkg-dev python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev"
   missing=""
   for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   [ -z "$missing" ] || apt_install $missing
+fi
+
+# 1b. GDCM (without RANZCR_BUNDLE; the bundle has its own): not Debian's libgdcm-dev, whose assertions are
+#     live and abort the process on some malformed files, but a static Release build of the same version
+#     from Debian's source package, made once into third_party/gdcm/ by scripts/gdcm.sh (the download is
+#     cached in third_party/sources/; apt-get source needs a deb-src entry, added if missing).
+GDCM_PREFIX=$ROOT/third_party/gdcm
+if [ -z "$BUNDLE" ]; then
+  . "$ROOT/scripts/gdcm.sh"
+  if ! gdcm_done "$GDCM_PREFIX"; then
+    [ "${RANZCR_OFFLINE:-0}" = 1 ] &&
+      die "no GDCM in third_party/gdcm, and RANZCR_OFFLINE=1 forbids fetching its source: run scripts/setup.sh once with network, or use RANZCR_BUNDLE"
+    say "building GDCM 3.0.21 (Debian's source, release, static) into third_party/gdcm: once, about 3 minutes"
+    JOBS=${JOBS:-$(nproc)} gdcm_install "$GDCM_PREFIX" $(gdcm_system_libs)
+  fi
 fi
 
 # 2. LibTorch: Torch_DIR, else the project venv's torch, else a python3 that already has torch, else
@@ -91,15 +108,40 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
   fi
 fi
 
+# pydicom with its decoder plug-ins and scikit-learn, for the tests that check our DICOM decoding against
+# pydicom's (tests/data/dicom_test.cpp) and our ROC figures against scikit-learn's
+# (tests/engine/report/roc_test.cpp); each skipped without. They pull numpy/scipy wheels, not a torch.
+if [ -x "$ROOT/.venv/bin/python" ] &&
+  ! "$ROOT/.venv/bin/python" -c 'import pydicom, pylibjpeg, openjpeg, libjpeg, rle, sklearn' >/dev/null 2>&1; then
+  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
+    say "no pydicom/scikit-learn in .venv (RANZCR_OFFLINE=1 forbids pip): the pydicom and scikit-learn comparisons will be skipped"
+  elif ! "$ROOT/.venv/bin/pip" install -q ${REFERENCE_PIP_SPECS:-pydicom==3.0.2 pylibjpeg==2.1.0 pylibjpeg-libjpeg==2.5.0 pylibjpeg-openjpeg==2.6.0 pylibjpeg-rle==2.2.0 scikit-learn==1.9.1} \
+    > "$ROOT/.venv/pip-reference.log" 2>&1; then
+    say "pip install pydicom/scikit-learn failed (.venv/pip-reference.log): those comparisons will be skipped"
+  fi
+fi
+
 # 3. Configure (once) and build.
+GDCM_ARG=()
+[ -z "$BUNDLE" ] && GDCM_ARG=(-DGDCM_DIR="$GDCM_PREFIX/lib/cmake/gdcm-3.0")
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   say "configuring $BUILD_DIR (Torch_DIR=$Torch_DIR${BUNDLE:+, bundle $BUNDLE})"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$Torch_DIR" \
-    ${BUNDLE:+-DCMAKE_PREFIX_PATH="$BUNDLE"} ${RANZCR_CMAKE_ARGS:-} >/dev/null
+    ${BUNDLE:+-DCMAKE_PREFIX_PATH="$BUNDLE"} "${GDCM_ARG[@]}" ${RANZCR_CMAKE_ARGS:-} >/dev/null
+elif [ -z "$BUNDLE" ] && [ "$(sed -n 's/^GDCM_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")" != "$GDCM_PREFIX/lib/cmake/gdcm-3.0" ]; then
+  # A build folder configured before third_party/gdcm existed (with Debian's libgdcm-dev): point it there.
+  say "reconfiguring $BUILD_DIR with the GDCM in third_party/gdcm"
+  cmake "${GDCM_ARG[@]}" "$BUILD_DIR" >/dev/null
 fi
-if [ -n "$BUNDLE" ]; then
+if [ -z "$BUNDLE" ]; then
+  found=$(sed -n 's/^GDCM_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+  case "$found" in
+    "$GDCM_PREFIX"/*) ;;
+    *) die "$BUILD_DIR took GDCM_DIR=${found:-nothing}, not third_party/gdcm (remove $BUILD_DIR or pick another BUILD_DIR)" ;;
+  esac
+else
   # Every bundled dependency must come from the bundle, not from a system package beside it.
-  for var in OpenCV_DIR yaml-cpp_DIR GTest_DIR CLI11_DIR nlohmann_json_DIR RANZCR_GLOO_INCLUDE_DIR; do
+  for var in OpenCV_DIR yaml-cpp_DIR GTest_DIR GDCM_DIR CLI11_DIR nlohmann_json_DIR RANZCR_GLOO_INCLUDE_DIR; do
     found=$(sed -n "s/^$var:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt")
     case "$found" in
       "$BUNDLE"/*) ;;

@@ -48,6 +48,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.augment.brightness", a.brightness);
   v("data.augment.contrast", a.contrast);
   v("data.augment.clahe", a.clahe);
+  v("data.dicom.window", d.dicom.window);
   auto& s = c.synth;
   v("synth.generate_if_missing", s.generate_if_missing);
   v("synth.root", s.root);
@@ -55,6 +56,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("synth.num_test_images", s.num_test_images);
   v("synth.image_size", s.image_size);
   v("synth.seed", s.seed);
+  v("synth.format", s.format);
   v("model.name", c.model.name);
   v("model.in_channels", c.model.in_channels);
   v("model.dropout", c.model.dropout);

@@ -36,6 +36,8 @@ template <> inline constexpr const char* kSettingNames<PrecisionSetting> = "auto
 template <> inline constexpr const char* kSettingNames<ResumeSetting> = "auto|never";
 template <> inline constexpr const char* kSettingNames<BackendSetting> = "auto|gloo|nccl";
 template <> inline constexpr const char* kSettingNames<BnSync> = "broadcast|average";
+template <> inline constexpr const char* kSettingNames<DicomWindow> = "file|minmax|percentile";
+template <> inline constexpr const char* kSettingNames<SynthFormat> = "jpg|dcm";
 // clang-format on
 
 namespace detail {

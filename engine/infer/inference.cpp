@@ -9,9 +9,6 @@
 
 namespace ranzcr {
 
-namespace {
-
-// This rank's share of `rows` (in order, unpadded: every row is predicted once over the ranks).
 std::vector<int64_t> rows_of_rank(const std::vector<int64_t>& rows, Collectives& collectives) {
   SamplerOptions so;
   so.rank = collectives.rank();
@@ -23,13 +20,13 @@ std::vector<int64_t> rows_of_rank(const std::vector<int64_t>& rows, Collectives&
   return mine;
 }
 
-// The evaluation loader over `rows` (no augmentation).
 std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<int64_t> rows,
                                          const InferenceOptions& options) {
   TransformOptions to;
   to.image_size = options.image_size;
   to.train = false;
   to.augment.clahe = options.clahe;
+  to.dicom_window = options.dicom_window;
   LoaderOptions lo;
   lo.batch_size = options.batch_size;
   lo.num_workers = options.num_workers;
@@ -38,6 +35,8 @@ std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<
   set_loader_transfer(lo, options.device);
   return std::make_unique<BatchLoader>(index, std::move(rows), ImageTransform(to), /*epoch=*/0, lo);
 }
+
+namespace {
 
 // This rank's logits, labels and rows on the CPU (one copy to the host at the end), and images skipped.
 InferenceResult predict_rows(Classifier& model, const DatasetIndex& index, std::vector<int64_t> rows,
@@ -115,6 +114,7 @@ InferenceOptions inference_options(const Config& config, torch::Device device, b
   InferenceOptions io;
   io.image_size = config.data.image_size;
   io.clahe = config.data.augment.clahe;
+  io.dicom_window = config.data.dicom.window;
   io.batch_size = config.train.eval_batch_size;
   io.num_workers = config.data.num_workers;
   io.prefetch_batches = config.data.prefetch_batches;

@@ -3,6 +3,7 @@
 
 #include <torch/types.h>
 
+#include <memory>
 #include <vector>
 
 #include "data/dataset_index.h"
@@ -17,6 +18,7 @@ namespace ranzcr {
 struct InferenceOptions {
   int image_size = 256;
   bool clahe = false;
+  DicomWindow dicom_window = DicomWindow::kFile;  // data.dicom.window
   int batch_size = 64;
   int num_workers = 2;
   int prefetch_batches = 4;
@@ -41,6 +43,13 @@ struct InferenceResult {
 /// gathered on every rank and put back in the order of `rows`, so the metric sees exactly the full set.
 InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
                               const InferenceOptions& options, Collectives& collectives);
+
+/// This rank's share of `rows` (in order, unpadded: every row is predicted once over the ranks).
+std::vector<int64_t> rows_of_rank(const std::vector<int64_t>& rows, Collectives& collectives);
+
+/// The evaluation loader over `rows` under `options` (resize only, no augmentation).
+std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<int64_t> rows,
+                                         const InferenceOptions& options);
 
 /// Inference settings (size, CLAHE, batch, loader, channels, precision, layout) from the config, for
 /// validation, evaluate and predict alike; `tta` adds hflip averaging on top of train.tta_hflip.

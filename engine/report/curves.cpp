@@ -13,7 +13,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "engine/io/atomic_file.h"
+#include "engine/report/draw.h"
 
 namespace fs = std::filesystem;
 
@@ -23,16 +23,13 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Plot area inside the image: margins for tick labels (left, bottom), the title (top), the legend (right).
 constexpr int kLeft = 80, kTop = 50, kRight = 320, kBottom = 60;
-constexpr int kFont = cv::FONT_HERSHEY_SIMPLEX;
-const cv::Scalar kBackground(255, 255, 255), kInk(40, 40, 40), kGrid(225, 225, 225);
-
-// Tableau 10 and a few more, BGR.
-const std::vector<cv::Scalar>& palette() {
-  static const std::vector<cv::Scalar> colors{
-      {180, 119, 31},  {14, 127, 255},  {44, 160, 44},  {40, 39, 214},  {189, 103, 148}, {75, 86, 140},
-      {194, 119, 227}, {127, 127, 127}, {34, 189, 188}, {207, 190, 23}, {128, 0, 0},     {0, 128, 128}};
-  return colors;
-}
+using draw::kBackground;
+using draw::kGrid;
+using draw::kInk;
+using draw::palette;
+using draw::put_text;
+using draw::text_width;
+using draw::write_png;
 
 struct Series {
   std::string name;
@@ -129,16 +126,6 @@ Axes make_axes(const Chart& chart, const cv::Size& size) {
   return a;
 }
 
-void put_text(cv::Mat& img, const std::string& text, cv::Point org, double scale = 0.5,
-              const cv::Scalar& color = kInk) {
-  cv::putText(img, text, org, kFont, scale, color, 1, cv::LINE_AA);
-}
-
-int text_width(const std::string& text, double scale = 0.5) {
-  int baseline = 0;
-  return cv::getTextSize(text, kFont, scale, 1, &baseline).width;
-}
-
 void draw_axes(cv::Mat& img, const Axes& a, const Chart& chart) {
   const cv::Rect& r = a.area;
   for (double v = a.y.lo; v <= a.y.hi + 1e-6 * a.y.step; v += a.y.step) {
@@ -201,12 +188,6 @@ std::vector<Chart> charts(const History& h) {
   for (size_t k = 0; k < h.labels.size(); ++k)
     per_label.series.push_back({h.labels[k], h.epoch, h.auc.at(h.labels[k]), colors[k % colors.size()]});
   return {loss, auc, per_label};
-}
-
-void write_png(const std::string& path, const cv::Mat& img) {
-  std::vector<uchar> bytes;
-  if (!cv::imencode(".png", img, bytes)) throw std::runtime_error("cannot encode " + path + " as PNG");
-  write_file_atomic(path, std::string(bytes.begin(), bytes.end()));
 }
 
 class CurvesWriter : public MetricsWriter {

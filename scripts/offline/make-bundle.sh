@@ -15,6 +15,12 @@
 #     the codecs in). Configured so that nothing is downloaded at build time (checked).
 #   yaml-cpp (static), from Debian's source package (apt-get source; needs a deb-src entry, added if absent).
 #   GoogleTest and GoogleMock (static), from the sources in Debian's googletest package.
+#   GDCM 3.0.21 (static, Release, hidden visibility: gdcmMSFF and the libraries it needs; CMake config in
+#     lib/cmake/gdcm-3.0), from Debian's source package gdcm, the version of Debian 12's libgdcm-dev, with
+#     GDCM's own copies of its codecs (IJG libjpeg 6b 8/12/16-bit, OpenJPEG 2.3.0, CharLS 2.0.0, zlib 1.2.3
+#     renamed gdcmzlib_*, expat 2.0.0, uuid). Built by scripts/gdcm.sh, the same recipe scripts/setup.sh
+#     uses for third_party/gdcm (details there); here it also checks with nm that no global symbol of
+#     GDCM's static libraries is defined by OpenCV's (the step fails if one is).
 #   CLI11, nlohmann-json (headers and CMake configs) and Gloo's headers (LibTorch has the Gloo code, not
 #     the headers), from Debian's libcli11-dev, nlohmann-json3-dev and libgloo-dev packages.
 #   MANIFEST (versions, sources, date) and share/licenses/.
@@ -42,29 +48,13 @@ die() {
   exit 1
 }
 trap 'die "command failed at line $LINENO: $BASH_COMMAND"' ERR
+# GDCM's recipe, and the helpers shared with it: logged STEP CMD... (output in third_party/logs/STEP.log,
+# the log's tail and one error line on failure), as_root, apt_update, ensure_deb_src PKG,
+# fetch_deb_source PKG (into third_party/sources/debian/), newest GLOB.
+. "$ROOT/scripts/gdcm.sh"
 
-# logged STEP CMD...: runs CMD with its output in third_party/logs/STEP.log; on failure shows the log's
-# tail and stops with one error line.
-logged() {
-  local step=$1 log=$LOGS/$1.log
-  shift
-  if ! "$@" >>"$log" 2>&1; then
-    tail -n 25 "$log" | sed 's/^/    /' >&2
-    die "$step failed (full log: ${log#"$ROOT"/})"
-  fi
-}
 done_step() { [ -f "$STAMPS/$1" ]; }
 mark_done() { mkdir -p "$STAMPS" && touch "$STAMPS/$1"; }
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO=sudo
-  command -v sudo >/dev/null || SUDO=""
-fi
-as_root() {
-  [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" ] || die "needs root or sudo for: $*"
-  $SUDO "$@"
-}
 
 if [ "${RANZCR_BUNDLE_REBUILD:-0}" = 1 ]; then
   say "RANZCR_BUNDLE_REBUILD=1: removing third_party/bundle, build trees and tarball (downloads are kept)"
@@ -89,36 +79,9 @@ if [ -n "$missing" ]; then
 fi
 
 # 2. Sources, downloaded once into third_party/sources/.
-APT_UPDATED=0
-apt_update() {
-  [ "$APT_UPDATED" = 1 ] && return
-  say "apt-get update"
-  logged apt-update as_root apt-get update -qq
-  APT_UPDATED=1
-}
-# Debian source packages need deb-src entries: add them beside the deb ones if there are none.
-ensure_deb_src() {
-  apt-get source --print-uris yaml-cpp >/dev/null 2>&1 && return
-  if ! grep -rqs '^Types:.*deb-src\|^deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    [ -f /etc/apt/sources.list.d/debian.sources ] ||
-      die "no deb-src entry: add one for Debian (Types: deb deb-src) and run apt-get update"
-    say "adding deb-src entries: /etc/apt/sources.list.d/ranzcr-deb-src.sources (from debian.sources)"
-    sed 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources |
-      as_root tee /etc/apt/sources.list.d/ranzcr-deb-src.sources >/dev/null
-  fi
-  apt_update
-  apt-get source --print-uris yaml-cpp >/dev/null 2>&1 || die "apt-get source yaml-cpp does not work even with deb-src entries"
-}
-newest() { ls -1v "$@" 2>/dev/null | tail -n 1; } # newest cached file matching a glob
-
 mkdir -p "$DL/debian" "$DL/debs"
-if [ -z "$(newest "$DL"/debian/yaml-cpp_*.dsc)" ]; then
-  ensure_deb_src
-  say "downloading Debian source package yaml-cpp"
-  cd "$DL/debian"
-  logged download-yaml-cpp apt-get source --download-only yaml-cpp
-  cd "$ROOT"
-fi
+fetch_deb_source yaml-cpp
+gdcm_fetch # Debian's source package gdcm: the source of libgdcm-dev (3.0.21-1 on Debian 12)
 for pkg in googletest $HEADER_DEBS; do
   [ -n "$(newest "$DL/debs/${pkg}"_*.deb)" ] && continue
   apt-cache show "$pkg" >/dev/null 2>&1 || apt_update
@@ -173,6 +136,7 @@ YAML_DSC=$(newest "$DL"/debian/yaml-cpp_*.dsc)
 YAML_VERSION=$(sed -n 's/^Version: //p' "$YAML_DSC")
 deb_version() { dpkg-deb -f "$(newest "$DL/debs/$1"_*.deb)" Version; }
 GTEST_VERSION=$(deb_version googletest)
+GDCM_VERSION=$(gdcm_version)
 
 # 3. Unpacked sources in third_party/src/ (each unpacked into a temporary folder, then renamed).
 unpack() { # unpack DEST CMD... (CMD unpacks into $tmp)
@@ -190,6 +154,8 @@ unpack "$OPENCV_SRC" tar -xzf "$DL/$OPENCV_SDIST" -C "$SRC/opencv-$OPENCV_VERSIO
   "${OPENCV_SDIST%.tar.gz}/opencv"
 YAML_SRC=$SRC/yaml-cpp-$YAML_VERSION
 unpack "$YAML_SRC" sh -c "rm -rf '$YAML_SRC.tmp' && dpkg-source --no-copy -x '$YAML_DSC' '$YAML_SRC.tmp'"
+gdcm_unpack # third_party/src/gdcm-VERSION, GDCM's zlib renamed (scripts/gdcm.sh)
+GDCM_SRC=$(gdcm_src_dir)
 GTEST_DEB_SRC=$SRC/googletest-$GTEST_VERSION
 unpack "$GTEST_DEB_SRC" dpkg-deb -x "$(newest "$DL"/debs/googletest_*.deb)" "$GTEST_DEB_SRC.tmp"
 for pkg in $HEADER_DEBS; do
@@ -248,6 +214,11 @@ cmake_install yaml-cpp "$YAML_SRC" -DYAML_BUILD_SHARED_LIBS=OFF -DYAML_CPP_BUILD
 cmake_install googletest "$GTEST_DEB_SRC/usr/src/googletest" -DBUILD_GMOCK=ON -DINSTALL_GTEST=ON \
   -Dgtest_build_tests=OFF -Dgmock_build_tests=OFF
 
+# GDCM (scripts/gdcm.sh): static, Release, with its own codecs; skipped when the bundle has it from the same
+# recipe. No global symbol may be defined both by GDCM's static libraries and by OpenCV's (with its
+# libjpeg-turbo, libpng and zlib): a binary with both would bind one library's calls into the other's code.
+GDCM_BUILD_DIR=$WORK/gdcm GDCM_LOG=gdcm gdcm_install "$BUNDLE" "$BUNDLE"/lib/libopencv_*.a "$BUNDLE"/lib/opencv4/3rdparty/*.a
+
 # 5. Header-only dependencies, copied out of the Debian packages (their CMake configs find the prefix
 #    relative to their own location, so they work from the bundle); the licences of everything bundled.
 if ! done_step headers; then
@@ -286,6 +257,9 @@ if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -qui
     echo "  source: Debian source package yaml-cpp $YAML_VERSION (apt-get source)"
     echo "googletest $GTEST_VERSION: gtest, gtest_main, gmock, gmock_main, static"
     echo "  source: Debian package googletest $GTEST_VERSION (/usr/src/googletest)"
+    gu=$GDCM_SRC/Utilities
+    echo "gdcm $GDCM_VERSION: static, Release, hidden visibility (gdcmMSFF and its dependencies); built in, name-mangled: IJG libjpeg 6b (8/12/16-bit), openjpeg $(sed -n 's/^set(OPENJPEG_VERSION_\(MAJOR\|MINOR\|BUILD\) \([0-9]*\))/\2/p' "$gu/gdcmopenjpeg/CMakeLists.txt" | paste -sd.), charls $(sed -n 's@.*charls/archive/\(.*\)\.tar\.gz@\1@p' "$gu/gdcmcharls/README.GDCM.txt" | head -n 1), zlib $(sed -n 's/.*define ZLIB_VERSION \"\(.*\)\"/\1/p' "$gu/gdcmzlib/zlib.h"), expat $(sed -n 's/.*define XML_\(MAJOR\|MINOR\|MICRO\)_VERSION \([0-9]*\)/\2/p' "$gu/gdcmexpat/lib/expat.h" | paste -sd.)"
+    echo "  source: Debian source package gdcm $GDCM_VERSION (apt-get source)"
     for pkg in $HEADER_DEBS; do
       echo "$pkg $(deb_version "$pkg"): headers$([ "$pkg" = libgloo-dev ] && echo " only (the Gloo code is in LibTorch)" || echo " and CMake config")"
       echo "  source: Debian package $pkg $(deb_version "$pkg")"

@@ -25,6 +25,7 @@ class CliTest : public test::CliSuite<CliTest> {
   }
 
  protected:
+  friend void expect_thresholds_reproduce_operating_points(const std::string&, const std::string&);
   // Runs the binary and checks it failed with exactly one `error: ` line containing `expected`.
   static void expect_user_error(const std::string& args, const std::string& expected) {
     const auto r = run_command(bin() + " " + args);
@@ -39,6 +40,57 @@ class CliTest : public test::CliSuite<CliTest> {
     EXPECT_NE(error_line.find(expected), std::string::npos) << "got: " << r.output;
   }
 };
+
+// Beside its JSON, evaluate writes roc.png, pr.png and operating_points.csv; predict --thresholds on the
+// same images and model then calls positive exactly as the operating point says: each label's 0/1 column
+// has the sensitivity and specificity of its row.
+void expect_thresholds_reproduce_operating_points(const std::string& checkpoint, const std::string& run) {
+  const std::string ds = *CliTest::dir_ / "ds";
+  for (const auto& name : {"roc.png", "pr.png"}) EXPECT_EQ(cv::imread(run + "/" + name).cols, 1320) << name;
+  const CsvTable points = read_csv(run + "/operating_points.csv");
+  ASSERT_GT(points.rows.size(), 0u);
+  EXPECT_EQ(points.rows.size() % 5, 0u);
+  const auto p = run_command(CliTest::bin() + " predict --checkpoint " + checkpoint + " --images " + ds +
+                             "/test --csv " + ds + "/test_labels.csv --thresholds " + run +
+                             "/operating_points.csv --at sens90 --out " + run + "/sub_at.csv");
+  ASSERT_EQ(p.status, 0) << p.output;
+  const CsvTable sub = read_csv(run + "/sub_at.csv"), truth = read_csv(ds + "/test_labels.csv");
+  const size_t labelled = points.rows.size() / 5;
+  if (labelled < 11)
+    EXPECT_NE(p.output.find("their :sens90 columns stay empty"), std::string::npos) << p.output;
+  ASSERT_EQ(sub.header.size(), 23u);  // id, 11 probabilities, 11 decisions
+  int checked = 0;
+  for (size_t r = 0; r < points.rows.size(); ++r) {
+    const auto& row = points.rows[r];
+    if (row[points.column("point")] != "sens90") continue;
+    const std::string label = row[points.column("label")];
+    const int decided = sub.column(label + ":sens90"), truth_col = truth.column(label);
+    ASSERT_GE(decided, 0) << label;
+    double tp = 0, fp = 0, pos = 0, neg = 0;
+    for (size_t i = 0; i < sub.rows.size(); ++i) {
+      const std::string& id = sub.rows[i][0];
+      const auto t =
+          std::find_if(truth.rows.begin(), truth.rows.end(), [&](const auto& x) { return x[0] == id; });
+      ASSERT_NE(t, truth.rows.end()) << id;
+      const bool yes = sub.rows[i][decided] == "1", positive = (*t)[truth_col] == "1";
+      (positive ? pos : neg) += 1;
+      if (yes) (positive ? tp : fp) += 1;
+    }
+    EXPECT_NEAR(tp / pos, std::stod(row[points.column("sensitivity")]), 1e-6) << label;
+    EXPECT_NEAR(1 - fp / neg, std::stod(row[points.column("specificity")]), 1e-6) << label;
+    EXPECT_GE(tp / pos, 0.9) << label;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  const std::string predict =
+      "predict --checkpoint " + checkpoint + " --images " + ds + "/test --out " + run + "/x.csv";
+  CliTest::expect_user_error(predict + " --thresholds " + run + "/absent.csv", run + "/absent.csv");
+  test::write_file(run + "/bad_points.csv", "a,b\n1,2\n");
+  CliTest::expect_user_error(predict + " --thresholds " + run + "/bad_points.csv",
+                             "is not an operating_points.csv");
+  CliTest::expect_user_error(predict + " --thresholds " + run + "/operating_points.csv --at sens99", "--at");
+  EXPECT_FALSE(std::filesystem::exists(run + "/x.csv"));
+}
 
 TEST_F(CliTest, TrainEvaluatePredict) {
   const auto t = run_command(bin() + " train --config " + cfg());
@@ -64,6 +116,7 @@ TEST_F(CliTest, TrainEvaluatePredict) {
                   *dir_ / "ds/test_labels.csv --images " + *dir_ / "ds/test --out " + run + "/test.json");
   ASSERT_EQ(e2.status, 0) << e2.output;
   EXPECT_EQ(nlohmann::json::parse(test::read_file(run + "/test.json"))["num_images"].get<int>(), 12);
+  expect_thresholds_reproduce_operating_points(run + "/checkpoints/last.pt", run);
 
   // plot redraws the training curves from metrics.jsonl.
   for (const auto& name : {"curves_loss.png", "curves_auc.png", "curves_auc_per_label.png"}) {
@@ -197,6 +250,10 @@ TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
   expect_user_error("train --config " + cfg() + " --set distributed.nproc_per_node=x",
                     "positive integer or auto");
   expect_user_error("train", "--config is required");
+  expect_user_error("train --config " + cfg() + " --set data.root=" + d + "/gen --set synth.root=" + d +
+                        "/gen --set synth.generate_if_missing=true --set synth.format=dcm",
+                    "synth.format dcm writes .dcm files, but data.image_ext is '.jpg'");
+  EXPECT_FALSE(std::filesystem::exists(d + "/gen"));
   expect_user_error("plot " + d, "no metrics.jsonl in " + d);
   expect_user_error("plot", "RUN_DIR is required");
   expect_user_error("bogus", "");

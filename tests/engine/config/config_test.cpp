@@ -55,6 +55,12 @@ TEST(Config, WrongTypeNamesTheKeyLineAndExpectation) {
             std::string::npos);
   EXPECT_NE(error_of("train: {channels_last: yes}\n").find("train.channels_last must be auto, true or false"),
             std::string::npos);
+  EXPECT_NE(error_of("data: {dicom: {window: auto}}\n")
+                .find("data.dicom.window must be file, minmax or percentile, got 'auto'"),
+            std::string::npos);
+  EXPECT_EQ(parse_config("data: {dicom: {window: percentile}}\n", "x").data.dicom.window,
+            DicomWindow::kPercentile);
+  EXPECT_EQ(parse_config("synth: {format: dcm}\n", "x").synth.format, SynthFormat::kDicom);
 }
 
 // train.device: auto | cpu | cuda | cuda:N; anything else is an error naming the key and what is valid.

@@ -1,0 +1,50 @@
+// DICOM images through GDCM: a single-frame greyscale image to float [0, 1] at full bit depth, and the
+// writer the synthetic generator uses. The only translation unit that includes GDCM is dicom.cpp.
+#pragma once
+
+#include <opencv2/core.hpp>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "data/data_config.h"
+
+namespace ranzcr {
+
+/// True when `bytes` hold a DICOM preamble: "DICM" at byte 128.
+bool has_dicom_preamble(const unsigned char* bytes, size_t size);
+
+/// True when `path` ends in .dcm or .dicom (any case).
+bool has_dicom_extension(const std::string& path);
+
+/// Decodes the single-frame greyscale image of a DICOM file to CV_32FC1 in [0, 1]:
+///   stored pixels (masked to Bits Stored, sign-extended when signed)
+///   -> modality: the Modality LUT Sequence, else Rescale Slope/Intercept
+///   -> VOI (`window`): kFile: the file's first VOI LUT, else its first Window Center/Width (VOI LUT
+///      Function LINEAR, LINEAR_EXACT or SIGMOID), else the image's min..max; kMinMax: min..max;
+///      kPercentile: the 1st..99th percentile, clipped
+///   -> MONOCHROME1 inverted (1 - v).
+/// `bytes` is the whole file, `name` its path for messages. Throws std::runtime_error with one line naming
+/// the file and what it holds when it is not DICOM, holds no image (e.g. a structured report), a colour or
+/// multi-frame image, truncated pixel data, or a transfer syntax GDCM cannot decode.
+cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window);
+
+/// How write_dicom stores an image.
+struct DicomWriteOptions {
+  enum class Syntax { kExplicitLittle, kRle, kJpegLossless, kJpegLsLossless, kJpeg2000Lossless };
+  Syntax syntax = Syntax::kExplicitLittle;
+  bool monochrome1 = false;  // Photometric Interpretation MONOCHROME1 (the caller inverts the values)
+  int bits_stored = 16;      // of 16 allocated
+  bool is_signed = false;    // Pixel Representation 1
+  double slope = 1.0, intercept = 0.0;                  // Rescale Slope / Intercept
+  double window_center = 0.0, window_width = 0.0;       // written when window_width > 0
+  std::string study_uid, patient_id, sop_instance_uid;  // identifiers written into the file
+};
+
+/// Writes `stored` (CV_16UC1, or CV_16SC1 when options.is_signed: the stored values) as a DX "for
+/// presentation" DICOM file. Deterministic: the same input gives the same bytes. Throws
+/// std::runtime_error when GDCM cannot encode or write it.
+void write_dicom(const std::string& path, const cv::Mat& stored, const DicomWriteOptions& options);
+
+}  // namespace ranzcr

@@ -1,0 +1,248 @@
+// DICOM decoding against files written by others: every file of pydicom's own test set is decoded by us
+// and by pydicom (scripts/dicom/reference.py, with the pylibjpeg plug-ins in the project's .venv); single
+// greyscale frames must match, everything else must be refused with one line naming the file. The python:
+// RANZCR_DICOM_PYTHON, the project's .venv, or python3; the test skips where it has no pydicom (exit 77).
+// Plus our own files (write_dicom) in every transfer syntax the synthetic generator uses.
+#include <gtest/gtest.h>
+
+#include <opencv2/core.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/dicom.h"
+#include "data/image_pipeline.h"
+#include "data/synth.h"
+#include "tests/test_util.h"
+
+namespace ranzcr {
+namespace {
+
+std::vector<unsigned char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string dicom_python() {
+  if (const char* env = std::getenv("RANZCR_DICOM_PYTHON")) return env;
+  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
+  return std::filesystem::exists(venv) ? venv : "python3";
+}
+
+std::vector<std::string> split_tabs(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream in(line);
+  for (std::string cell; std::getline(in, cell, '\t');) out.push_back(cell);
+  return out;
+}
+
+// The error line of decoding `path`, "" when it decodes.
+std::string decode_error(const std::string& path) {
+  try {
+    decode_dicom(read_bytes(path), path, DicomWindow::kFile);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Files pydicom's plug-ins cannot decode and GDCM can: there is nothing to compare them with.
+// JPEG-lossy.dcm: 12-bit JPEG extended; pylibjpeg-libjpeg rejects its codestream.
+const std::set<std::string> kGdcmOnly = {"JPEG-lossy.dcm"};
+
+TEST(Dicom, MatchesPydicomOnItsOwnTestFiles) {
+  test::TempDir dir;
+  const auto r = test::run_command(dicom_python() + " " + RANZCR_SOURCE_DIR + "/scripts/dicom/reference.py " +
+                                   dir.str());
+  if (r.status / 256 == 77 || r.status == 77) GTEST_SKIP() << "no pydicom: " << r.output;
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream manifest(dir / "manifest.tsv");
+  int images = 0, refused = 0;
+  for (std::string line; std::getline(manifest, line);) {
+    const std::vector<std::string> c = split_tabs(line);
+    ASSERT_GE(c.size(), 2u) << line;
+    const std::string& path = c[0];
+    const std::string name = std::filesystem::path(path).filename().string();
+    if (c[1] != "image") {
+      const std::string error = decode_error(path);
+      if (c[1] == "pydicom" && error.empty() && kGdcmOnly.count(name)) {
+        std::cout << "  decoded  " << name << " [" << c[4] << "], no reference: pydicom cannot decode it\n";
+        continue;
+      }
+      std::cout << "  refused  " << name << " [" << c[1] << ": " << c.back() << "] -> " << error << "\n";
+      EXPECT_NE(error, "") << path << " (" << line << ") decoded, expected a refusal";
+      EXPECT_NE(error.find(path), std::string::npos) << error;
+      EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+      ++refused;
+      continue;
+    }
+    ASSERT_EQ(c.size(), 8u) << line;
+    const int rows = std::stoi(c[2]), cols = std::stoi(c[3]);
+    const bool lossy = c[7].rfind("lossy ", 0) == 0;
+    const std::string ref_path = c[7].substr(c[7].find(' ') + 1);
+    cv::Mat ref(rows, cols, CV_32F);
+    std::ifstream(ref_path, std::ios::binary).read(reinterpret_cast<char*>(ref.data), rows * cols * 4);
+    cv::Mat ours;
+    try {
+      ours = decode_dicom(read_bytes(path), path, DicomWindow::kFile);
+    } catch (const std::runtime_error& e) {
+      ADD_FAILURE() << path << " (" << c[4] << "): " << e.what();
+      continue;
+    }
+    ASSERT_EQ(ours.size(), ref.size()) << path;
+    cv::Mat diff;
+    cv::absdiff(ours, ref, diff);
+    double max_diff = 0;
+    cv::minMaxLoc(diff, nullptr, &max_diff);
+    const double mean_diff = cv::mean(diff)[0];
+    std::cout << "  decoded  " << name << " [" << c[4] << ", " << c[5] << ", " << c[6]
+              << "] max |ours - pydicom| " << max_diff << ", mean " << mean_diff << "\n";
+    // Lossless: the same stored values, so only float rounding of the windowing differs. Lossy codecs
+    // (JPEG extended's IDCT, JPEG 2000's wavelets) may round a stored value differently by one or two.
+    EXPECT_LE(max_diff, lossy ? 0.02 : 1e-5) << path;
+    EXPECT_LE(mean_diff, lossy ? 1e-3 : 1e-6) << path;
+    ++images;
+  }
+  std::cout << images << " images matched, " << refused << " files refused\n";
+  EXPECT_GE(images, 40);
+}
+
+// A 16-bit ramp with a known minimum and maximum.
+cv::Mat ramp(int rows, int cols, int lo, int step, int type = CV_16UC1) {
+  cv::Mat m(rows, cols, CV_32S);
+  for (int i = 0; i < rows * cols; ++i) m.at<int>(i) = lo + step * i;
+  cv::Mat out;
+  m.convertTo(out, type);
+  return out;
+}
+
+TEST(Dicom, EveryWrittenSyntaxRoundTripsTheStoredValues) {
+  test::TempDir dir;
+  using S = DicomWriteOptions::Syntax;
+  for (S syntax : {S::kExplicitLittle, S::kRle, S::kJpegLossless, S::kJpegLsLossless, S::kJpeg2000Lossless}) {
+    for (bool is_signed : {false, true}) {
+      if (is_signed && syntax != S::kExplicitLittle && syntax != S::kRle) continue;
+      DicomWriteOptions o;
+      o.syntax = syntax;
+      o.is_signed = is_signed;
+      o.bits_stored = 12;
+      o.study_uid = "1.2.3", o.sop_instance_uid = "1.2.3.4", o.patient_id = "p";
+      const cv::Mat stored = is_signed ? ramp(16, 20, -1000, 9, CV_16SC1) : ramp(16, 20, 7, 11);
+      const std::string path = dir / ("f" + std::to_string(static_cast<int>(syntax)) + ".dcm");
+      write_dicom(path, stored, o);
+      const cv::Mat got = decode_dicom(read_bytes(path), path, DicomWindow::kMinMax);
+      cv::Mat want;
+      double lo = 0, hi = 0;
+      cv::minMaxLoc(stored, &lo, &hi);
+      stored.convertTo(want, CV_32F, 1.0 / (hi - lo), -lo / (hi - lo));
+      cv::Mat diff;
+      cv::absdiff(got, want, diff);
+      double max_diff = 0;
+      cv::minMaxLoc(diff, nullptr, &max_diff);
+      EXPECT_LT(max_diff, 1e-6) << path << " signed " << is_signed;
+    }
+  }
+}
+
+TEST(Dicom, WindowRescaleAndMonochrome1) {
+  test::TempDir dir;
+  DicomWriteOptions o;
+  o.bits_stored = 12;
+  o.slope = 0.5, o.intercept = -100;            // rescaled = 0.5 * stored - 100
+  o.window_center = 100, o.window_width = 201;  // LINEAR: [0, 200] -> [0, 1]
+  o.study_uid = "1.2", o.sop_instance_uid = "1.2.1", o.patient_id = "p";
+  cv::Mat stored(1, 5, CV_16UC1);
+  const uint16_t values[] = {0, 200, 300, 500, 4095};  // rescaled -100, 0, 50, 150, 1947.5
+  for (int i = 0; i < 5; ++i) stored.at<uint16_t>(i) = values[i];
+  write_dicom(dir / "w.dcm", stored, o);
+  cv::Mat v = decode_dicom(read_bytes(dir / "w.dcm"), "w.dcm", DicomWindow::kFile);
+  // LINEAR: x <= c - 0.5 - (w-1)/2 = -0.5 -> 0; x > 199.5 -> 1; else (x - 99.5) / 200 + 0.5
+  const float want[] = {0.f, 0.0025f, 0.2525f, 0.7525f, 1.f};
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(v.at<float>(i), want[i], 1e-6) << i;
+  o.monochrome1 = true;
+  write_dicom(dir / "m1.dcm", stored, o);
+  v = decode_dicom(read_bytes(dir / "m1.dcm"), "m1.dcm", DicomWindow::kFile);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(v.at<float>(i), 1.f - want[i], 1e-6) << i;
+  // percentile: the 1st..99th percentile of 101 values 0..100 is 1..99
+  o.monochrome1 = false, o.slope = 1, o.intercept = 0;
+  write_dicom(dir / "p.dcm", ramp(1, 101, 0, 1), o);
+  v = decode_dicom(read_bytes(dir / "p.dcm"), "p.dcm", DicomWindow::kPercentile);
+  EXPECT_FLOAT_EQ(v.at<float>(0), 0.f);
+  EXPECT_FLOAT_EQ(v.at<float>(50), 0.5f);
+  EXPECT_FLOAT_EQ(v.at<float>(100), 1.f);
+  EXPECT_NEAR(v.at<float>(25), 24.0 / 98.0, 1e-6);
+}
+
+TEST(Dicom, DecodeGrayscaleShrinksAtFullDepthThenRoundsTo8Bits) {
+  test::TempDir dir;
+  DicomWriteOptions o;
+  o.study_uid = "1.2", o.sop_instance_uid = "1.2.1", o.patient_id = "p";
+  cv::Mat stored(400, 300, CV_16UC1, cv::Scalar(0));
+  stored(cv::Rect(0, 0, 300, 200)).setTo(65535);
+  stored.at<uint16_t>(399, 299) = 257;  // one pixel: invisible after the 3x area average
+  write_dicom(dir / "a.dcm", stored, o);
+  cv::Size size;
+  const cv::Mat u8 = decode_grayscale(dir / "a.dcm", 100, &size, DicomWindow::kMinMax);
+  EXPECT_EQ(size, cv::Size(300, 400));
+  EXPECT_EQ(u8.size(), cv::Size(100, 133));  // factor 3 = 300 / 100
+  EXPECT_EQ(u8.type(), CV_8UC1);
+  EXPECT_EQ(u8.at<uchar>(0, 0), 255);
+  EXPECT_EQ(u8.at<uchar>(132, 99), 0);  // 257 / 65535 / 9 * 255 rounds to 0
+  // Detected by the preamble whatever the file is called.
+  std::filesystem::copy_file(dir / "a.dcm", dir / "a.img");
+  EXPECT_EQ(decode_grayscale(dir / "a.img", 100, nullptr, DicomWindow::kMinMax).size(), cv::Size(100, 133));
+}
+
+// Every kind of synthetic DICOM file decodes to the picture the JPEG data set stores (to 8-bit rounding).
+TEST(Dicom, SyntheticKindsDecodeToTheSamePicture) {
+  test::TempDir dir;
+  for (int64_t i = 0; i < 5; ++i) {
+    SynthStudy st = render_study(7, i, 0, 96, false);
+    st.id = "1.2.3." + std::to_string(i), st.patient = "p";
+    const std::string path = dir / (std::to_string(i) + ".dcm");
+    write_synthetic_dicom(path, st, i);
+    const cv::Mat got = decode_grayscale(path, 96);
+    ASSERT_EQ(got.size(), st.image.size());
+    cv::Mat diff;
+    cv::absdiff(got, st.image, diff);
+    double max_diff = 0;
+    cv::minMaxLoc(diff, nullptr, &max_diff);
+    EXPECT_LE(max_diff, 1.0) << "kind " << i;
+  }
+}
+
+TEST(Dicom, BrokenFilesGiveOneLineNamingTheFile) {
+  test::TempDir dir;
+  DicomWriteOptions o;
+  o.study_uid = "1.2", o.sop_instance_uid = "1.2.1", o.patient_id = "p";
+  o.syntax = DicomWriteOptions::Syntax::kJpegLsLossless;
+  write_dicom(dir / "good.dcm", ramp(64, 64, 0, 3), o);
+  const std::vector<unsigned char> good = read_bytes(dir / "good.dcm");
+  auto write_prefix = [&](const std::string& name, size_t n) {
+    std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(good.data()), n);
+    return dir / name;
+  };
+  for (const std::string& path : {write_prefix("trunc.dcm", good.size() - 200), write_prefix("head.dcm", 300),
+                                  write_prefix("preamble.dcm", 132)}) {
+    std::string error;
+    try {
+      decode_grayscale(path, 32);
+    } catch (const std::runtime_error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find(path), std::string::npos) << path << ": " << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  }
+  test::write_file(dir / "text.dcm", "this is not a DICOM file");
+  EXPECT_THROW(decode_grayscale(dir / "text.dcm", 32), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace ranzcr
