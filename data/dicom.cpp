@@ -88,8 +88,10 @@ std::string transfer_syntax_name(const gdcm::TransferSyntax& ts) {
   return uid ? uid : "unknown transfer syntax";
 }
 
+// The SOP class of a data set ((0008,0016)) or of a file meta group ((0002,0002)).
 std::string sop_class_name(const gdcm::DataSet& ds) {
-  const std::string uid = text(ds, kSopClass);
+  std::string uid = text(ds, kSopClass);
+  if (uid.empty()) uid = text(ds, gdcm::Tag(0x0002, 0x0002));
   gdcm::UIDs u;
   if (!uid.empty() && u.SetFromUID(uid.c_str()) && u.GetName()) return u.GetName();
   return uid.empty() ? "no SOP class" : uid;
@@ -109,13 +111,28 @@ void check_header(const gdcm::DataSet& ds, const std::string& name) {
     fail(name, "is a colour image (" + pi + "), expected greyscale (MONOCHROME1 or MONOCHROME2)");
 }
 
-// Why GDCM could not read the file as an image, from what its reader got of the data set.
-[[noreturn]] void explain_unreadable(const gdcm::File& file, const std::string& name) {
+// A file GDCM's parser gives up on: with the DICM preamble it is DICOM, just not readable.
+[[noreturn]] void unparsable(const std::vector<unsigned char>& bytes, const std::string& name) {
+  if (has_dicom_preamble(bytes.data(), bytes.size()))
+    fail(name,
+         "cannot be parsed (a DICOM preamble, then data GDCM cannot read: corrupt, truncated or malformed)");
+  fail(name, "cannot be read (not DICOM, corrupt or truncated)");
+}
+
+// Why GDCM could not read the file as an image: it does not parse, holds no pixel data, or holds pixel
+// data GDCM cannot make an image of.
+[[noreturn]] void explain_unreadable(const std::vector<unsigned char>& bytes, const std::string& name) {
+  std::istringstream in(std::string(bytes.begin(), bytes.end()));
+  gdcm::Reader whole;
+  whole.SetStream(in);
+  if (!whole.Read()) unparsable(bytes, name);
+  const gdcm::File& file = whole.GetFile();
   const gdcm::DataSet& ds = file.GetDataSet();
-  if (!ds.FindDataElement(kSopClass) && !ds.FindDataElement(kPixelData))
-    fail(name, "cannot be read (not DICOM, corrupt or truncated)");
-  if (!ds.FindDataElement(kPixelData))
-    fail(name, "holds no pixel data (" + sop_class_name(ds) + "), expected an image");
+  if (!ds.FindDataElement(kPixelData)) {
+    std::string sop = sop_class_name(ds);
+    if (sop == "no SOP class") sop = sop_class_name(file.GetHeader());  // e.g. a DICOMDIR: only in the meta
+    fail(name, "holds no pixel data (" + sop + "), expected an image");
+  }
   fail(name, "holds pixel data GDCM cannot read as an image (" +
                  transfer_syntax_name(file.GetHeader().GetDataSetTransferSyntax()) + ")");
 }
@@ -338,10 +355,7 @@ cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string&
     if (!header.ReadUpToTag(kPixelData)) {  // no pixel data: the whole file must parse to say so
       in.clear();
       in.seekg(0);
-      gdcm::Reader whole;
-      whole.SetStream(in);
-      if (!whole.Read()) fail(name, "cannot be read (not DICOM, corrupt or truncated)");
-      explain_unreadable(whole.GetFile(), name);
+      explain_unreadable(bytes, name);
     }
     check_header(header.GetFile().GetDataSet(), name);
     if (lacks_frame_count(header.GetFile().GetDataSet())) {
@@ -354,7 +368,7 @@ cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string&
   in.seekg(0);
   gdcm::ImageReader reader;
   reader.SetStream(in);
-  if (!reader.Read()) explain_unreadable(reader.GetFile(), name);
+  if (!reader.Read()) explain_unreadable(bytes, name);
   const gdcm::DataSet& ds = reader.GetFile().GetDataSet();
   const gdcm::Image& image = reader.GetImage();
   if (image.GetNumberOfDimensions() > 2 && image.GetDimensions()[2] > 1)

@@ -120,101 +120,136 @@ std::string peak_row(const std::string& id, const std::string& label, double pro
   return csv_escape(id) + "," + csv_escape(label) + buf;
 }
 
+// predict --cam over this rank's rows: every model walks the same rows in the same batches (one batch size
+// for all), each batch's maps are summed over the models, then drawn.
+class CamWriter {
+ public:
+  CamWriter(const std::vector<std::string>& paths, const EnsembleResult& predicted, const DatasetIndex& index,
+            const CamOptions& options, const torch::Device& device, Collectives& collectives)
+      : predicted_(predicted),
+        index_(index),
+        options_(options),
+        names_(predicted.models.front().label_names),
+        chosen_(cam_label_indices(options, names_)),
+        probs_(predicted.probs.accessor<double, 2>()) {
+    const int64_t* r = predicted.rows.data_ptr<int64_t>();
+    const std::vector<int64_t> rows(r, r + predicted.rows.numel());
+    for (size_t i = 0; i < rows.size(); ++i) position_[rows[i]] = static_cast<int64_t>(i);
+    const std::vector<int64_t> mine = rows_of_rank(rows, collectives);
+    for (size_t m = 0; m < paths.size(); ++m) {
+      models_.push_back(load_trained_model(paths[m], device));
+      InferenceOptions o = predicted.options[m];
+      o.batch_size = predicted.options.front().batch_size;
+      loaders_.push_back(eval_loader(index, mine, o));
+      batches_.push_back(std::make_unique<DeviceBatches>(*loaders_.back(), device_batch_options(o)));
+    }
+    const std::string file = collectives.world_size() > 1
+                                 ? "cam_peaks_rank" + std::to_string(collectives.rank()) + ".csv"
+                                 : "cam_peaks.csv";
+    peaks_file_ = (std::filesystem::path(options.dir) / file).string();
+  }
+
+  int64_t run() {
+    std::filesystem::create_directories(options_.dir);
+    for (CamBatch cb; next_batch(cb); cb = CamBatch()) write(cb);
+    write_file_atomic(peaks_file_, peaks_);
+    return written_;
+  }
+
+ private:
+  // The next batch's maps, summed over the models; false at the end.
+  bool next_batch(CamBatch& cb) {
+    for (size_t m = 0; m < models_.size(); ++m) {
+      std::optional<DeviceBatch> b = batches_[m]->next();
+      if (!b) return false;
+      if (b->size() == 0) continue;
+      if (m == 0) start(cb, *b, predicted_.options[m]);
+      RANZCR_CHECK(torch::equal(b->indices, torch::tensor(cb.rows)),
+                   "--cam: the models read different images");
+      add_maps(cb, *b, *models_[m].model);
+    }
+    return true;
+  }
+
+  // The rows, the input pictures and each image's labels (top1: the prediction's most probable).
+  void start(CamBatch& cb, const DeviceBatch& b, const InferenceOptions& o) {
+    cb.rows.assign(b.indices.data_ptr<int64_t>(), b.indices.data_ptr<int64_t>() + b.size());
+    const torch::Tensor pixels =
+        (b.images.select(1, 0) * o.input_std.front() + o.input_mean.front()).clamp(0, 1);
+    for (int64_t i = 0; i < b.size(); ++i) {
+      cv::Mat g;
+      to_mat(pixels[i], options_.panel_size).convertTo(g, CV_8U, 255.0);
+      cb.grey.push_back(g);
+      std::vector<int64_t> labels = chosen_;
+      if (labels == std::vector<int64_t>{-1}) {
+        const int64_t p = position_.at(cb.rows[i]);
+        int64_t best = 0;
+        for (int64_t k = 1; k < predicted_.probs.size(1); ++k)
+          best = probs_[p][k] > probs_[p][best] ? k : best;
+        labels = {best};
+      }
+      cb.labels.push_back(labels);
+      cb.maps.emplace_back(labels.size());
+    }
+  }
+
+  // One model's maps, each normalised to [0, 1], added to the batch's.
+  void add_maps(CamBatch& cb, const DeviceBatch& b, Classifier& model) {
+    for (size_t j = 0; j < cb.labels.front().size(); ++j) {
+      std::vector<int64_t> per_image;
+      for (const auto& l : cb.labels) per_image.push_back(l[j]);
+      const torch::Tensor cam = grad_cam(model, b.images, per_image);
+      for (int64_t i = 0; i < b.size(); ++i) {
+        cv::Mat map = to_mat(cam[i], options_.panel_size);
+        double hi = 0;
+        cv::minMaxLoc(map, nullptr, &hi);
+        if (hi > 0) map /= hi;
+        cb.maps[i][j] = cb.maps[i][j].empty() ? map : cb.maps[i][j] + map;
+      }
+    }
+  }
+
+  // A PNG per image (a panel per label) and its cam_peaks.csv rows.
+  void write(const CamBatch& cb) {
+    for (size_t i = 0; i < cb.rows.size(); ++i) {
+      const std::string& id = index_.ids[cb.rows[i]];
+      std::vector<cv::Mat> panels;
+      for (size_t j = 0; j < cb.labels[i].size(); ++j) {
+        const int64_t k = cb.labels[i][j];
+        const double probability = probs_[position_.at(cb.rows[i])][k];
+        char p[32];
+        std::snprintf(p, sizeof p, " p=%.3f", probability);
+        const cv::Mat map = cb.maps[i][j] / static_cast<double>(models_.size());
+        panels.push_back(render_panel(cb.grey[i], map, names_[k] + p));
+        peaks_ += peak_row(id, names_[k], probability, map);
+      }
+      cv::Mat strip;
+      cv::hconcat(panels, strip);
+      draw::write_png((std::filesystem::path(options_.dir) / (file_stem(id) + ".png")).string(), strip);
+      ++written_;
+    }
+  }
+
+  const EnsembleResult& predicted_;
+  const DatasetIndex& index_;
+  const CamOptions& options_;
+  const std::vector<std::string>& names_;
+  const std::vector<int64_t> chosen_;
+  const torch::TensorAccessor<double, 2> probs_;
+  std::unordered_map<int64_t, int64_t> position_;  // index row -> row of `predicted`
+  std::vector<TrainedModel> models_;
+  std::vector<std::unique_ptr<BatchLoader>> loaders_;
+  std::vector<std::unique_ptr<DeviceBatches>> batches_;
+  std::string peaks_ = "id,label,probability,peak_x,peak_y\n", peaks_file_;
+  int64_t written_ = 0;
+};
+
 }  // namespace
 
 int64_t write_cams(const std::vector<std::string>& paths, const EnsembleResult& predicted,
                    const DatasetIndex& index, const CamOptions& options, const torch::Device& device,
                    Collectives& collectives) {
-  const std::vector<std::string>& names = predicted.models.front().label_names;
-  const std::vector<int64_t> chosen = cam_label_indices(options, names);
-  std::filesystem::create_directories(options.dir);
-  std::vector<int64_t> rows(predicted.rows.data_ptr<int64_t>(),
-                            predicted.rows.data_ptr<int64_t>() + predicted.rows.numel());
-  std::unordered_map<int64_t, int64_t> position;
-  for (size_t i = 0; i < rows.size(); ++i) position[rows[i]] = static_cast<int64_t>(i);
-  const std::vector<int64_t> mine = rows_of_rank(rows, collectives);
-  const auto probs = predicted.probs.accessor<double, 2>();
-  // Every model walks the same rows in the same batches (one batch size for all).
-  std::vector<TrainedModel> models;
-  std::vector<std::unique_ptr<BatchLoader>> loaders;
-  std::vector<std::unique_ptr<DeviceBatches>> batches;
-  for (size_t m = 0; m < paths.size(); ++m) {
-    models.push_back(load_trained_model(paths[m], device));
-    InferenceOptions o = predicted.options[m];
-    o.batch_size = predicted.options.front().batch_size;
-    loaders.push_back(eval_loader(index, mine, o));
-    batches.push_back(std::make_unique<DeviceBatches>(*loaders.back(), device_batch_options(o)));
-  }
-  int64_t written = 0;
-  std::string peaks = "id,label,probability,peak_x,peak_y\n";
-  const std::string peaks_file =
-      (std::filesystem::path(options.dir) /
-       (collectives.world_size() > 1 ? "cam_peaks_rank" + std::to_string(collectives.rank()) + ".csv"
-                                     : "cam_peaks.csv"))
-          .string();
-  for (;;) {
-    CamBatch cb;
-    for (size_t m = 0; m < models.size(); ++m) {
-      std::optional<DeviceBatch> b = batches[m]->next();
-      if (!b) {
-        write_file_atomic(peaks_file, peaks);
-        return written;
-      }
-      if (b->size() == 0) continue;
-      const InferenceOptions& o = predicted.options[m];
-      if (m == 0) {
-        cb.rows.assign(b->indices.data_ptr<int64_t>(), b->indices.data_ptr<int64_t>() + b->size());
-        const torch::Tensor pixels =
-            (b->images.select(1, 0) * o.input_std.front() + o.input_mean.front()).clamp(0, 1);
-        for (int64_t i = 0; i < b->size(); ++i) {
-          cv::Mat g;
-          to_mat(pixels[i], options.panel_size).convertTo(g, CV_8U, 255.0);
-          cb.grey.push_back(g);
-          std::vector<int64_t> labels = chosen;
-          if (labels == std::vector<int64_t>{-1}) {  // top1: the most probable label of the prediction
-            const int64_t p = position.at(cb.rows[i]);
-            int64_t best = 0;
-            for (int64_t k = 1; k < predicted.probs.size(1); ++k)
-              best = probs[p][k] > probs[p][best] ? k : best;
-            labels = {best};
-          }
-          cb.labels.push_back(labels);
-          cb.maps.emplace_back(labels.size());
-        }
-      }
-      RANZCR_CHECK(torch::equal(b->indices, torch::tensor(cb.rows)),
-                   "--cam: the models read different images");
-      for (size_t j = 0; j < cb.labels.front().size(); ++j) {
-        std::vector<int64_t> per_image;
-        for (const auto& l : cb.labels) per_image.push_back(l[j]);
-        const torch::Tensor cam = grad_cam(*models[m].model, b->images, per_image);
-        for (int64_t i = 0; i < b->size(); ++i) {
-          cv::Mat map = to_mat(cam[i], options.panel_size);
-          double hi = 0;
-          cv::minMaxLoc(map, nullptr, &hi);
-          if (hi > 0) map /= hi;
-          cb.maps[i][j] = cb.maps[i][j].empty() ? map : cb.maps[i][j] + map;
-        }
-      }
-    }
-    for (size_t i = 0; i < cb.rows.size(); ++i) {
-      std::vector<cv::Mat> panels;
-      for (size_t j = 0; j < cb.labels[i].size(); ++j) {
-        const int64_t k = cb.labels[i][j];
-        const double probability = probs[position.at(cb.rows[i])][k];
-        char p[32];
-        std::snprintf(p, sizeof p, " p=%.3f", probability);
-        const cv::Mat map = cb.maps[i][j] / static_cast<double>(models.size());
-        panels.push_back(render_panel(cb.grey[i], map, names[k] + p));
-        peaks += peak_row(index.ids[cb.rows[i]], names[k], probability, map);
-      }
-      cv::Mat strip;
-      cv::hconcat(panels, strip);
-      draw::write_png(
-          (std::filesystem::path(options.dir) / (file_stem(index.ids[cb.rows[i]]) + ".png")).string(), strip);
-      ++written;
-    }
-  }
+  return CamWriter(paths, predicted, index, options, device, collectives).run();
 }
 
 }  // namespace ranzcr
