@@ -200,7 +200,10 @@ std::string submission_csv(const Config& config, const DatasetIndex& index, cons
     for (int64_t k = 0; k < r.probs.size(1); ++k) csv << "," << pa[i][k];
     if (thresholds)
       for (int64_t k = 0; k < r.probs.size(1); ++k)
-        csv << "," << (pa[i][k] >= thresholds->per_label[k] ? 1 : 0);
+        csv << ","
+            << (std::isnan(thresholds->per_label[k])   ? ""
+                : pa[i][k] >= thresholds->per_label[k] ? "1"
+                                                       : "0");
     csv << "\n";
   }
   return csv.str();

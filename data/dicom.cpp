@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -149,10 +150,13 @@ bool lacks_frame_count(const gdcm::DataSet& ds) {
   return !ds.FindDataElement(kNumberOfFrames) && !kTwoDimensional.count(text(ds, kSopClass));
 }
 
-std::string with_one_frame(std::istream& in, const std::string& name) {
+void check_not_truncated(const gdcm::File& file, size_t file_size, const std::string& name);
+
+std::string with_one_frame(std::istream& in, size_t file_size, const std::string& name) {
   gdcm::Reader whole;
   whole.SetStream(in);
   if (!whole.Read()) fail(name, "cannot be read (not DICOM, corrupt or truncated)");
+  check_not_truncated(whole.GetFile(), file_size, name);
   put_text(whole.GetFile().GetDataSet(), kNumberOfFrames, gdcm::VR::IS, "1");
   std::ostringstream out;
   gdcm::Writer writer;
@@ -183,6 +187,10 @@ void check_not_truncated(const gdcm::File& file, size_t file_size, const std::st
 cv::Mat stored_values(const gdcm::Image& image, const std::string& name) {
   const unsigned int* dims = image.GetDimensions();
   const int cols = static_cast<int>(dims[0]), rows = static_cast<int>(dims[1]);
+  constexpr int64_t kMaxPixels = int64_t{1} << 28;  // 16384 x 16384
+  if (rows <= 0 || cols <= 0 || static_cast<int64_t>(rows) * cols > kMaxPixels)
+    fail(name, "is " + std::to_string(dims[1]) + " x " + std::to_string(dims[0]) +
+                   " pixels, expected 1 to 268 million (16384 x 16384)");
   const gdcm::PixelFormat pf = image.GetPixelFormat();
   const int allocated = pf.GetBitsAllocated(), stored = pf.GetBitsStored();
   const bool is_signed = pf.GetPixelRepresentation() == 1;
@@ -226,15 +234,16 @@ struct Lut {
   std::vector<float> data;
 };
 
-Lut read_lut(const gdcm::DataSet& item, bool signed_first, bool big_endian, const std::string& name) {
+// GDCM has already swapped the US/SS/OW values of a big-endian file to host (little-endian) order.
+Lut read_lut(const gdcm::DataSet& item, bool signed_first, const std::string& name) {
   const gdcm::ByteValue* desc =
       item.FindDataElement(kLutDescriptor) ? item.GetDataElement(kLutDescriptor).GetByteValue() : nullptr;
   const gdcm::ByteValue* data =
       item.FindDataElement(kLutData) ? item.GetDataElement(kLutData).GetByteValue() : nullptr;
   if (!desc || desc->GetLength() != 6 || !data) fail(name, "has a LUT without a 3-value descriptor or data");
-  auto u16 = [big_endian](const char* p) {
+  auto u16 = [](const char* p) {
     const auto* b = reinterpret_cast<const unsigned char*>(p);
-    return static_cast<uint16_t>(big_endian ? (b[0] << 8) | b[1] : b[0] | (b[1] << 8));
+    return static_cast<uint16_t>(b[0] | (b[1] << 8));
   };
   const char* d = desc->GetPointer();
   Lut lut;
@@ -263,12 +272,13 @@ void apply_lut(cv::Mat& values, const Lut& lut) {
   }
 }
 
-// The first item of a LUT sequence, or nullptr.
-const gdcm::DataSet* first_item(const gdcm::DataSet& ds, const gdcm::Tag& tag) {
-  if (!ds.FindDataElement(tag)) return nullptr;
+// A copy of the first item of a LUT sequence, or nullopt. A copy: for a sequence GDCM kept as bytes
+// (implicit VR, defined length) GetValueAsSQ parses a new sequence that only `sq` owns.
+std::optional<gdcm::DataSet> first_item(const gdcm::DataSet& ds, const gdcm::Tag& tag) {
+  if (!ds.FindDataElement(tag)) return std::nullopt;
   gdcm::SmartPointer<gdcm::SequenceOfItems> sq = ds.GetDataElement(tag).GetValueAsSQ();
-  if (!sq || sq->GetNumberOfItems() == 0) return nullptr;
-  return &sq->GetItem(1).GetNestedDataSet();
+  if (!sq || sq->GetNumberOfItems() == 0) return std::nullopt;
+  return sq->GetItem(1).GetNestedDataSet();
 }
 
 // Maps values to [0, 1] linearly from [lo, hi], clipped; a flat image maps to 0.
@@ -304,10 +314,11 @@ void apply_window(cv::Mat& values, double c, double w, const std::string& functi
   }
 }
 
-void apply_file_voi(cv::Mat& values, const gdcm::DataSet& ds, bool signed_pixels, bool big_endian,
-                    const std::string& name) {
-  if (const gdcm::DataSet* item = first_item(ds, kVoiLutSequence)) {
-    const Lut lut = read_lut(*item, signed_pixels, big_endian, name);
+// `signed_first`: the LUT Descriptor's first mapped value is SS, as PS3.3 C.11.2.1.1 has it when Pixel
+// Representation is 1 (also after a Modality LUT, whose output is unsigned; pydicom reads it the same way).
+void apply_file_voi(cv::Mat& values, const gdcm::DataSet& ds, bool signed_first, const std::string& name) {
+  if (const std::optional<gdcm::DataSet> item = first_item(ds, kVoiLutSequence)) {
+    const Lut lut = read_lut(*item, signed_first, name);
     apply_lut(values, lut);
     values.convertTo(values, CV_32F, 1.0 / (std::pow(2.0, lut.bits) - 1.0));
     return;
@@ -346,7 +357,9 @@ bool has_dicom_extension(const std::string& path) {
   return ends(".dcm") || ends(".dicom");
 }
 
-cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window) {
+namespace {
+
+cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window) {
   silence_gdcm();
   std::istringstream in(std::string(bytes.begin(), bytes.end()));
   {
@@ -361,7 +374,7 @@ cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string&
     if (lacks_frame_count(header.GetFile().GetDataSet())) {
       in.clear();
       in.seekg(0);
-      in.str(with_one_frame(in, name));
+      in.str(with_one_frame(in, bytes.size(), name));
     }
   }
   in.clear();
@@ -380,14 +393,13 @@ cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string&
   check_not_truncated(reader.GetFile(), in.str().size(), name);
   cv::Mat values = stored_values(image, name);
   const bool signed_pixels = image.GetPixelFormat().GetPixelRepresentation() == 1;
-  const bool big_endian =
-      reader.GetFile().GetHeader().GetDataSetTransferSyntax().GetSwapCode() == gdcm::SwapCode::BigEndian;
-  if (const gdcm::DataSet* item = first_item(ds, kModalityLutSequence))
-    apply_lut(values, read_lut(*item, signed_pixels, big_endian, name));
+  const std::optional<gdcm::DataSet> modality_lut = first_item(ds, kModalityLutSequence);
+  if (modality_lut)
+    apply_lut(values, read_lut(*modality_lut, signed_pixels, name));
   else
     apply_rescale(values, ds, name);
   if (window == DicomWindow::kFile) {
-    apply_file_voi(values, ds, signed_pixels, big_endian, name);
+    apply_file_voi(values, ds, signed_pixels, name);
   } else if (window == DicomWindow::kPercentile) {
     stretch(values, percentile(values, 0.01), percentile(values, 0.99));
   } else {
@@ -398,6 +410,23 @@ cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string&
   if (image.GetPhotometricInterpretation() == gdcm::PhotometricInterpretation::MONOCHROME1)
     values.convertTo(values, CV_32F, -1.0, 1.0);
   return values;
+}
+
+}  // namespace
+
+cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window) {
+  try {
+    return decode(bytes, name, window);
+  } catch (const std::runtime_error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    fail(name, "does not fit in memory");
+  } catch (const std::exception& e) {  // GDCM's and OpenCV's own (several lines): the first line only
+    const std::string what = e.what();
+    fail(name, "GDCM or OpenCV failed: " + what.substr(0, what.find('\n')));
+  } catch (const char* what) {  // GDCM throws C strings in places
+    fail(name, std::string("GDCM failed: ") + what);
+  }
 }
 
 namespace {

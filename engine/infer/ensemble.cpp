@@ -30,6 +30,16 @@ std::string join(const std::vector<std::string>& names) {
   return out;
 }
 
+// The first image one model read and the other did not.
+std::string first_difference(const DatasetIndex& index, const torch::Tensor& a, const torch::Tensor& b) {
+  const int64_t n = std::min(a.size(0), b.size(0));
+  const int64_t* pa = a.data_ptr<int64_t>();
+  const int64_t* pb = b.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (pa[i] != pb[i]) return "first at " + index.image_paths[std::min(pa[i], pb[i])];
+  return "first at " + index.image_paths[a.size(0) > n ? pa[n] : pb[n]];
+}
+
 }  // namespace
 
 std::vector<std::string> checkpoints_in(const std::string& run_dir) {
@@ -74,8 +84,10 @@ EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberO
       sum =
           single ? torch::sigmoid(r.logits).to(torch::kDouble) : torch::sigmoid(r.logits.to(torch::kDouble));
     } else {
-      if (!torch::equal(r.rows, out.rows))  // the same images are readable for every model
-        throw std::logic_error("ensemble members predicted different rows");
+      if (!torch::equal(r.rows, out.rows))  // e.g. members with other data.dicom.window and skip_bad_images
+        RANZCR_FAIL(path, " read other images than ", paths.front(), " (", r.rows.size(0), " vs ",
+                    out.rows.size(0), " readable; ", first_difference(index, r.rows, out.rows),
+                    "): their data settings differ");
       sum = sum + torch::sigmoid(r.logits.to(torch::kDouble));
     }
     out.models.push_back(trained.info);

@@ -23,7 +23,11 @@ namespace ranzcr {
 
 torch::Tensor grad_cam(Classifier& model, const torch::Tensor& input, const std::vector<int64_t>& labels) {
   RANZCR_CHECK(static_cast<int64_t>(labels.size()) == input.size(0), "grad_cam: one label per image");
-  const bool was_training = model.is_training();
+  struct EvalMode {  // eval mode for the call, the caller's mode back afterwards (also on a throw)
+    Classifier& m;
+    const bool was_training = m.is_training();
+    ~EvalMode() { m.train(was_training); }
+  } mode{model};
   model.eval();
   torch::AutoGradMode grad_mode(true);
   // A leaf that needs a gradient keeps the last map in a graph even when the weights need none.
@@ -40,7 +44,6 @@ torch::Tensor grad_cam(Classifier& model, const torch::Tensor& input, const std:
                                 .size(std::vector<int64_t>{input.size(2), input.size(3)})
                                 .mode(torch::kBilinear)
                                 .align_corners(false));
-  model.train(was_training);
   return cam.squeeze(1).detach();
 }
 
@@ -139,7 +142,8 @@ class CamWriter {
     for (size_t m = 0; m < paths.size(); ++m) {
       models_.push_back(load_trained_model(paths[m], device));
       InferenceOptions o = predicted.options[m];
-      o.batch_size = predicted.options.front().batch_size;
+      // Backward through the model keeps every activation: at most 8 images at a time.
+      o.batch_size = std::min(8, predicted.options.front().batch_size);
       loaders_.push_back(eval_loader(index, mine, o));
       batches_.push_back(std::make_unique<DeviceBatches>(*loaders_.back(), device_batch_options(o)));
     }

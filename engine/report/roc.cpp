@@ -100,9 +100,11 @@ std::vector<OperatingPoint> operating_points(const std::vector<double>& scores,
     return point_at(name, c.thresholds[i], c.tps[i], c.fps[i], pos, neg);
   };
   std::vector<OperatingPoint> out;
-  size_t best = 0;  // thresholds fall along i: the first maximum is the highest threshold among ties
+  // J = tp/pos - fp/neg, compared as tp*neg - fp*pos: exact in doubles for counts below 2^26, so ties
+  // are ties. Thresholds fall along i: the first maximum is the highest threshold among them.
+  size_t best = 0;
   for (size_t i = 1; i < c.tps.size(); ++i)
-    if (c.tps[i] / pos - c.fps[i] / neg > c.tps[best] / pos - c.fps[best] / neg) best = i;
+    if (c.tps[i] * neg - c.fps[i] * pos > c.tps[best] * neg - c.fps[best] * pos) best = i;
   out.push_back(at("youden", best));
   for (int target : {90, 95}) {
     size_t i = 0;

@@ -3,6 +3,7 @@
 tests/data/dicom_test.cpp to compare ours with.
 
     reference.py OUT_DIR [FILE_OR_DIR ...]     (default: every file of pydicom's own test set)
+    reference.py --make-lut-files DIR          (writes the LUT test files below into DIR, with pydicom)
 
 For each file writes one line of OUT_DIR/manifest.tsv:
     path  kind  rows  cols  transfer_syntax  photometric  bits  detail
@@ -48,7 +49,7 @@ def normalised_voi(arr, ds):
     """The first VOI LUT or window of the file, to [0, 1]; min..max without either."""
     if "VOILUTSequence" in ds and len(ds.VOILUTSequence):
         bits = int(ds.VOILUTSequence[0].LUTDescriptor[2])
-        return apply_voi(arr, ds, index=0) / (2.0**bits - 1.0)
+        return apply_voi(np.rint(arr).astype(np.int64), ds, index=0) / (2.0**bits - 1.0)
     if "WindowCenter" in ds and "WindowWidth" in ds:
         # apply_windowing maps onto [y_min, y_max], the range of the modality output (its own rule).
         bits = int(ds.BitsStored)
@@ -87,10 +88,10 @@ def describe(path, out_dir, n):
     if frames > 1:
         return ["refuse"] + head + [f"{frames} frames"]
     try:
-        arr = ds.pixel_array.astype(np.float64)
+        stored = ds.pixel_array
     except Exception as e:  # noqa: BLE001 - pydicom's own failure is the fact we record
         return ["pydicom"] + head + [f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"]
-    arr = apply_modality_lut(arr, ds).astype(np.float64)
+    arr = apply_modality_lut(stored, ds).astype(np.float64)  # a LUT indexes with the integer stored values
     out = np.clip(normalised_voi(arr, ds), 0.0, 1.0)
     if pi == "MONOCHROME1":
         out = 1.0 - out
@@ -100,7 +101,68 @@ def describe(path, out_dir, n):
     return ["image"] + head + [("lossy " if lossy else "lossless ") + ref]
 
 
+def make_lut_files(out_dir):
+    """Files with what pydicom's test set lacks: VOI LUT and Modality LUT Sequences (defined length, so
+    GDCM keeps them as bytes in implicit VR), in implicit VR little endian and explicit VR big endian."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import ExplicitVRBigEndian, ImplicitVRLittleEndian, generate_uid
+
+    os.makedirs(out_dir, exist_ok=True)
+    rows, cols = 16, 20
+
+    def image(signed, bits):
+        ds = Dataset()
+        ds.file_meta = FileMetaDataset()
+        ds.SOPClassUID = "1.2.840.10008.5.1.4.1.1.1.1"
+        ds.SOPInstanceUID = generate_uid(entropy_srcs=[str(signed), str(bits)])
+        ds.file_meta.MediaStorageSOPClassUID = ds.SOPClassUID
+        ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID
+        ds.Modality = "DX"
+        ds.Rows, ds.Columns = rows, cols
+        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+        ds.BitsAllocated, ds.BitsStored, ds.HighBit = 16, bits, bits - 1
+        ds.PixelRepresentation = 1 if signed else 0
+        lo = -(2 ** (bits - 1)) if signed else 0
+        values = np.linspace(lo, lo + 2**bits - 1, rows * cols).round().astype("<i2" if signed else "<u2")
+        return ds, values.reshape(rows, cols)
+
+    def lut_item(first, bits, data):
+        item = Dataset()
+        item.add_new(0x00283002, "SS" if first < 0 else "US", [len(data) % 65536, first, bits])  # LUT Descriptor
+        item.add_new(0x00283006, "US", [int(v) for v in data])  # LUT Data
+        return item
+
+    def save(ds, values, name, syntax):
+        ds.file_meta.TransferSyntaxUID = syntax
+        big = syntax == ExplicitVRBigEndian
+        ds.PixelData = values.astype(values.dtype.newbyteorder(">" if big else "<")).tobytes()
+        ds.save_as(os.path.join(out_dir, name), implicit_vr=syntax == ImplicitVRLittleEndian,
+                   little_endian=not big, enforce_file_format=True)
+
+    curve = np.sqrt(np.arange(4096) / 4095.0) * 4095  # a 12-bit VOI LUT, not linear
+    for name, syntax in (("voi_lut_implicit.dcm", ImplicitVRLittleEndian), ("voi_lut_bigendian.dcm", ExplicitVRBigEndian)):
+        ds, values = image(False, 12)
+        ds.VOILUTSequence = Sequence([lut_item(0, 12, curve.round())])
+        save(ds, values, name, syntax)
+    # signed 12-bit stored values through a Modality LUT (first mapped -2048, signed), then a window
+    ds, values = image(True, 12)
+    ds.ModalityLUTSequence = Sequence([lut_item(-2048, 16, (np.arange(4096) * 16))])
+    ds.WindowCenter, ds.WindowWidth = 30000, 40000
+    save(ds, values, "modality_lut_window.dcm", ImplicitVRLittleEndian)
+    # the same Modality LUT (output 0..65520), then a VOI LUT over 16384..20479. Its first mapped value is
+    # below 2^15: with signed pixels a reader takes it as SS (PS3.3 C.11.2.1.1, as pydicom does), so a larger
+    # one would be ambiguous in implicit VR.
+    ds, values = image(True, 12)
+    ds.ModalityLUTSequence = Sequence([lut_item(-2048, 16, (np.arange(4096) * 16))])
+    ds.VOILUTSequence = Sequence([lut_item(16384, 12, np.linspace(0, 4095, 4096).round())])
+    save(ds, values, "modality_then_voi_lut.dcm", ImplicitVRLittleEndian)
+    return 0
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--make-lut-files":
+        return make_lut_files(sys.argv[2])
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2

@@ -128,6 +128,8 @@ TEST(Roc, OperatingPointsByHand) {
   const auto again = bootstrap_auc_interval(s, l, 1000, 7);
   EXPECT_EQ(again->low, ci->low);  // seeded
   EXPECT_FALSE(bootstrap_auc_interval(s, std::vector<float>(10, 0.f), 100, 7).has_value());
+  // Exact ties in Youden's J (1/3 at 0.9, 0.8 and 0.4; in floating point 1 - 2/3 > 1/3): the highest.
+  EXPECT_EQ(operating_points({0.9, 0.8, 0.8, 0.6, 0.4, 0.3}, {1, 1, 0, 0, 1, 0})[0].threshold, 0.9);
 }
 
 }  // namespace
