@@ -24,20 +24,24 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const std::string err = std::strerror(errno);
+      const std::string err = n == 0 ? "no byte written" : std::strerror(errno);
       ::close(fd);
       ::unlink(tmp.c_str());
       RANZCR_FAIL("cannot write ", tmp, ": ", err);
     }
     off += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  // errno is read before the clean-up calls can change it; the descriptor is closed even when fsync fails.
+  const int sync_error = ::fsync(fd) != 0 ? errno : 0;
+  const int close_error = ::close(fd) != 0 ? errno : 0;
+  if (sync_error || close_error) {
     ::unlink(tmp.c_str());
-    RANZCR_FAIL("cannot flush ", tmp, ": ", std::strerror(errno));
+    RANZCR_FAIL("cannot flush ", tmp, ": ", std::strerror(sync_error ? sync_error : close_error));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int rename_error = errno;
     ::unlink(tmp.c_str());
-    RANZCR_FAIL("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+    RANZCR_FAIL("cannot rename ", tmp, " to ", path, ": ", std::strerror(rename_error));
   }
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

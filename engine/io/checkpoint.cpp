@@ -76,19 +76,24 @@ c10::IValue encode(const std::vector<std::string>& v) {
 }
 
 // Sets `field` from `v` when `v` holds the field's archive type and returns true; otherwise returns false
-// and leaves it, or, when `strict` (required keys), throws IValue's c10::Error for the wrong type.
+// and leaves it, or, when `strict` (required keys), throws std::runtime_error saying what it holds (read_meta
+// adds the file and key). IValue's own toInt() etc. would fail with an internal assertion instead.
+bool wrong_type(const c10::IValue& v, bool strict, const char* expected) {
+  if (strict) throw std::runtime_error(std::string("holds a ") + v.tagKind() + ", expected " + expected);
+  return false;
+}
 bool decode(const c10::IValue& v, int64_t& field, bool strict) {
-  if (!strict && !v.isInt()) return false;
+  if (!v.isInt()) return wrong_type(v, strict, "an integer");
   field = v.toInt();
   return true;
 }
 bool decode(const c10::IValue& v, double& field, bool strict) {
-  if (!strict && !v.isDouble()) return false;
+  if (!v.isDouble()) return wrong_type(v, strict, "a number");
   field = v.toDouble();
   return true;
 }
 bool decode(const c10::IValue& v, std::string& field, bool strict) {
-  if (!strict && !v.isString()) return false;
+  if (!v.isString()) return wrong_type(v, strict, "a string");
   field = v.toStringRef();
   return true;
 }
@@ -171,7 +176,12 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
   meta.format_version = read_format_version(archive, path);
   visit_meta_fields(meta, [&](const char* key, auto& field, Presence presence) {
     const bool required = presence == Presence::Required;
-    const bool found = read_field(archive, key, field, required);
+    bool found = false;
+    try {
+      found = read_field(archive, key, field, required);
+    } catch (const std::runtime_error& e) {
+      RANZCR_FAIL(path, ": checkpoint key '", key, "' ", e.what());
+    }
     RANZCR_CHECK(found || !required, path, ": checkpoint lacks '", key, "'");
   });
   return meta;

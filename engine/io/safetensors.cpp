@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -146,6 +147,10 @@ Span parse_tensor(const std::string& name, const nlohmann::json& entry, const La
   uint64_t numel = 0;
   const std::vector<int64_t> shape = parse_shape(entry["shape"], name, what, &numel);
   const auto [begin, end] = parse_offsets(entry["data_offsets"], name, layout.data_size, what);
+  // numel may be up to 2^62: the byte count must not wrap (it is then compared with the data, so nothing
+  // larger than the file is ever allocated).
+  CHECK_SAFETENSORS(numel <= std::numeric_limits<uint64_t>::max() / c10::elementSize(type), what, "tensor '",
+                    name, "': a ", dtype_name(type), " tensor of ", numel, " elements is too large");
   const uint64_t expected = numel * c10::elementSize(type);
   CHECK_SAFETENSORS(end - begin == expected, what, "tensor '", name, "': ", end - begin, " bytes for a ",
                     dtype_name(type), " tensor of ", numel, " elements (", expected, " bytes)");

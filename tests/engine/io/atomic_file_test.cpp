@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include "tests/test_util.h"
@@ -22,6 +25,24 @@ TEST(AtomicFile, AppendLineIsCheckedAndLeavesNoHalfLine) {
     EXPECT_NE(std::string(e.what()).find("/dev/full"), std::string::npos) << e.what();
   }
   EXPECT_THROW(append_line(dir / "no/such/folder/m.jsonl", "x"), std::runtime_error);
+}
+
+// A failed rename (the target is a folder with a file in it) names the reason and leaves no temporary file.
+TEST(AtomicFile, AFailedRenameSaysWhyAndLeavesNoTemporaryFile) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "out/inside");
+  try {
+    write_file_atomic(dir / "out", "bytes");
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cannot rename"), std::string::npos) << msg;
+    EXPECT_TRUE(msg.find(std::strerror(EISDIR)) != std::string::npos ||
+                msg.find(std::strerror(ENOTEMPTY)) != std::string::npos)
+        << msg;
+  }
+  for (const auto& e : std::filesystem::directory_iterator(dir.str()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
 }
 
 }  // namespace

@@ -75,6 +75,22 @@ TEST(Checkpoint, NotACheckpointIsAClearError) {
   other.write("w", torch::ones({2}));
   other.save_to(dir / "other.pt");
   EXPECT_THROW(read_checkpoint_meta(dir / "other.pt"), std::runtime_error);
+  // Ours, with a required key of the wrong type: one line naming the file and the key (it was LibTorch's
+  // multi-line internal assertion).
+  torch::serialize::OutputArchive odd;
+  odd.write("ranzcr_format_version", c10::IValue(kCheckpointFormatVersion));
+  odd.write("epoch", c10::IValue(std::string("three")));
+  odd.save_to(dir / "odd.pt");
+  try {
+    read_checkpoint_meta(dir / "odd.pt");
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(dir / "odd.pt" + ": checkpoint key 'epoch' holds a String, expected an integer"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

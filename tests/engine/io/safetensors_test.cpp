@@ -136,6 +136,17 @@ TEST(Safetensors, TruncatedOrCorruptFilesGiveOneLineErrors) {
             std::string::npos);
   EXPECT_NE(error_of(with_header(R"({"w":{"dtype":"F32","shape":[2]}})", 8)).find("needs dtype, shape"),
             std::string::npos);
+  // A file of about 100 bytes claiming a tensor of 2^62 elements (2^64 bytes: the product used to wrap to
+  // 0 and pass the size check, then torch::empty failed with LibTorch's multi-line error): one line,
+  // nothing allocated.
+  for (const char* shape : {"[4611686018427387904]", "[2147483648,2147483648]", "[1099511627776]"}) {
+    const std::string file =
+        with_header(std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,0]}})", 0);
+    EXPECT_LT(file.size(), 200u);
+    const std::string msg = error_of(file);
+    EXPECT_NE(msg.find(" elements"), std::string::npos) << shape << ": " << msg;
+    EXPECT_TRUE(one_line(msg)) << msg;
+  }
   EXPECT_NE(error_of(with_header(R"({"__metadata__":{"k":1}})", 0)).find("not a string"), std::string::npos);
 
   try {
