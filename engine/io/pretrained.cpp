@@ -30,14 +30,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 torch::Tensor adapt_input_conv(int64_t in_chans, torch::Tensor w, const std::string& key) {
   const auto type = w.scalar_type();
   w = w.to(torch::kFloat32);
-  const int64_t o = w.size(0), i = w.size(1), kh = w.size(2), kw = w.size(3);
+  const int64_t i = w.size(1);
   if (in_chans == 1) {
-    if (i > 3) {
-      RANZCR_CHECK(i % 3 == 0, key, ": cannot adapt ", i, " input channels to 1");
-      w = w.reshape({o, i / 3, 3, kh, kw}).sum(2);
-    } else {
-      w = w.sum(1, /*keepdim=*/true);
-    }
+    // timm sums RGB; for I = 6, 9, ... it would sum each triple and keep I / 3 channels, which no
+    // 1-channel model takes (it used to fail later, in LibTorch's copy, with a multi-line error).
+    RANZCR_CHECK(i == 3, key, ": cannot adapt ", i,
+                 " input channels to 1 (only 3-channel weights are summed)");
+    w = w.sum(1, /*keepdim=*/true);
   } else {
     RANZCR_CHECK(i == 3, key, ": cannot adapt ", i, " input channels to ", in_chans);
     if (in_chans != 3) {

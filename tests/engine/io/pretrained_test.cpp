@@ -149,6 +149,20 @@ TEST(Pretrained, CorruptArchivesAndMissingFilesAreRefusedClearly) {
             std::string::npos);
 }
 
+// A stem of 6 input channels cannot become a 1-channel model's: one line naming the key (it was LibTorch's
+// multi-line shape error in the copy).
+TEST(Pretrained, AStemOfSixChannelsIsRefusedForOneChannel) {
+  ModelSpec six;
+  six.in_channels = 6;
+  auto source = create_model("resnet18", six);
+  const std::string path = write("six", state_of(*source));
+  auto model = create_model("resnet18", ModelSpec{});
+  const std::string e = error_of(*model, path);
+  EXPECT_NE(e.find("conv1.weight: cannot adapt 6 input channels to 1"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  fs::remove(path);
+}
+
 // make_torch_saved.py's TinyNet: features (Conv2d 1->4 3x3 no bias, BatchNorm2d 4, ReLU), fc (Linear 4->3).
 struct TinyNet : torch::nn::Module {
   TinyNet() {
