@@ -37,7 +37,7 @@ class PolylineParser {
       expect(']');
       break;
     }
-    if (peek() != '\0') fail("trailing characters after the closing ']'");
+    if (peek() != '\0' || i_ < s_.size()) fail("trailing characters after the closing ']'");
     return points;
   }
 

@@ -5,6 +5,8 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -44,6 +46,31 @@ bool jpeg_size(const std::vector<uchar>& b, int* width, int* height) {
     i += 2 + len;
   }
   return false;
+}
+
+bool is_png(const std::vector<uchar>& buf) {
+  static const uchar kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  return buf.size() >= 8 && std::equal(kSignature, kSignature + 8, buf.begin());
+}
+
+// Width and height from a PNG's IHDR chunk (the first one, right after the signature), or false.
+bool png_size(const std::vector<uchar>& b, int64_t* width, int64_t* height) {
+  if (b.size() < 24 || std::memcmp(b.data() + 12, "IHDR", 4) != 0) return false;
+  auto be32 = [&](size_t at) {
+    return (int64_t{b[at]} << 24) | (int64_t{b[at + 1]} << 16) | (int64_t{b[at + 2]} << 8) | b[at + 3];
+  };
+  *width = be32(16);
+  *height = be32(20);
+  return true;
+}
+
+// The decoders' pixel budget, as for DICOM: a small file must not make OpenCV allocate gigabytes.
+constexpr int64_t kMaxPixels = int64_t{1} << 28;  // 16384 x 16384
+
+void check_pixel_count(int64_t width, int64_t height, const std::string& path) {
+  if (width <= 0 || height <= 0 || width * height > kMaxPixels)
+    throw std::runtime_error("image " + path + " declares " + std::to_string(width) + " x " +
+                             std::to_string(height) + " pixels, expected 1 to 268 million (16384 x 16384)");
 }
 
 // A complete JPEG ends with the EOI marker (possibly followed by padding bytes).
@@ -87,6 +114,7 @@ cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* ori
   if (is_jpeg(buf)) {
     if (!jpeg_size(buf, &w, &h) || !jpeg_complete(buf))
       throw std::runtime_error("corrupt or truncated JPEG " + path);
+    check_pixel_count(w, h, path);
     const int side = std::min(w, h);
     if (side >= 8 * target_size)
       flags = cv::IMREAD_REDUCED_GRAYSCALE_8;
@@ -94,6 +122,13 @@ cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* ori
       flags = cv::IMREAD_REDUCED_GRAYSCALE_4;
     else if (side >= 2 * target_size)
       flags = cv::IMREAD_REDUCED_GRAYSCALE_2;
+  } else if (is_png(buf)) {
+    int64_t pw = 0, ph = 0;
+    if (!png_size(buf, &pw, &ph)) throw std::runtime_error("corrupt PNG " + path + " (no IHDR chunk first)");
+    check_pixel_count(pw, ph, path);
+  } else {
+    // OpenCV would guess among a dozen other formats (BMP, TIFF, WebP, PNM, ...); the loader reads these.
+    throw std::runtime_error("image " + path + " is not a JPEG, PNG or DICOM file");
   }
   cv::Mat img = cv::imdecode(buf, flags);
   if (img.empty()) throw std::runtime_error("cannot decode image " + path + " (corrupt or not an image)");

@@ -14,9 +14,11 @@ namespace ranzcr {
 /// are decoded at reduced resolution (1/2, 1/4 or 1/8, the largest factor that keeps the shorter side
 /// >= target_size). DICOM files (a .dcm/.dicom name or the DICM preamble) go through decode_dicom with
 /// `dicom_window`; at full bit depth they are shrunk by the largest integer factor that keeps the shorter
-/// side >= target_size (area average), then rounded to 8 bits. Throws std::runtime_error for a missing,
-/// unreadable, truncated or corrupt file. `original_size` (optional) gets the file's own size, before any
-/// reduction.
+/// side >= target_size (area average), then rounded to 8 bits. Only JPEG, PNG (8 or 16 bit) and DICOM are
+/// read, told by their first bytes, each of at most 16384 x 16384 pixels by its header, checked before
+/// anything is decoded. Throws std::runtime_error naming the file for a missing, unreadable, truncated or
+/// corrupt file, another format or a larger image. `original_size` (optional) gets the file's own size,
+/// before any reduction.
 cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size = nullptr,
                          DicomWindow dicom_window = DicomWindow::kFile);
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "engine/config/check.h"
+#include "engine/io/zip_check.h"
 
 namespace fs = std::filesystem;
 
@@ -151,6 +152,10 @@ void write_meta(torch::serialize::OutputArchive& archive, const CheckpointMeta& 
 torch::serialize::InputArchive open_archive(const std::string& path,
                                             const torch::Device& device = torch::kCPU) {
   RANZCR_CHECK(fs::is_regular_file(path), "checkpoint not found: ", path);
+  // LibTorch's reader trusts what an archive declares and leaks on the ones it refuses: ours looks first.
+  const std::string problem = torch_zip_problem(path);
+  RANZCR_CHECK(problem.empty(), path,
+               " is not a ranzcr checkpoint (cannot read it as a LibTorch archive: ", problem, ")");
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(path, device);
@@ -171,6 +176,24 @@ int64_t read_format_version(torch::serialize::InputArchive& archive, const std::
   return version;
 }
 
+// Values the trainer counts with or indexes by: refused when a file holds what no run writes.
+void check_meta_values(const CheckpointMeta& m, const std::string& path) {
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"epoch", m.epoch},
+                                   {"step", m.step},
+                                   {"epoch_batches_done", m.epoch_batches_done},
+                                   {"batch_size", m.batch_size},
+                                   {"loss_scale_growth", m.loss_scale_growth},
+                                   {"epochs_since_best", m.epochs_since_best}})
+    RANZCR_CHECK(value >= 0, path, ": checkpoint key '", key, "' is ", value, ", expected a count >= 0");
+  RANZCR_CHECK(m.world_size >= 1, path, ": checkpoint key 'world_size' is ", m.world_size,
+               ", expected a number of processes >= 1");
+  const torch::Tensor& r = m.rng_states;
+  RANZCR_CHECK(!r.defined() || (r.dim() == 2 && r.scalar_type() == torch::kUInt8), path,
+               ": checkpoint key 'rng_states' holds a ", r.defined() ? r.scalar_type() : torch::kUInt8,
+               " tensor of shape ", r.defined() ? r.sizes() : c10::IntArrayRef{},
+               ", expected Byte (uint8) [ranks, state bytes]");
+}
+
 CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::string& path) {
   CheckpointMeta meta;
   meta.format_version = read_format_version(archive, path);
@@ -184,6 +207,7 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
     }
     RANZCR_CHECK(found || !required, path, ": checkpoint lacks '", key, "'");
   });
+  check_meta_values(meta, path);
   return meta;
 }
 

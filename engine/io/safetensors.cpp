@@ -52,6 +52,14 @@ bool little_endian_host() {
 #define CHECK_SAFETENSORS(cond, what, ...) \
   RANZCR_CHECK(cond, what, ": not a valid safetensors file (", __VA_ARGS__, ")")
 
+// A JSON value for an error message: a scalar as JSON (a string cut to 40 characters), a container by its
+// type alone (dumping it would recurse as deep as it nests).
+std::string brief(const nlohmann::json& v) {
+  if (v.is_structured()) return std::string("an ") + v.type_name();
+  std::string text = v.dump();
+  return text.size() > 40 ? text.substr(0, 40) + "..." : text;
+}
+
 uint64_t little_endian_u64(const char* p) {
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
@@ -96,7 +104,7 @@ std::map<std::string, std::string> parse_metadata(const nlohmann::json& entry, c
 torch::ScalarType parse_dtype(const nlohmann::json& dtype, const std::string& name, const std::string& what) {
   torch::ScalarType type = torch::kFloat32;
   CHECK_SAFETENSORS(dtype.is_string() && dtype_of(dtype.get<std::string>(), &type), what, "tensor '", name,
-                    "': unsupported dtype ", dtype.dump(),
+                    "': unsupported dtype ", brief(dtype),
                     " (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
   return type;
 }
@@ -108,7 +116,7 @@ std::vector<int64_t> parse_shape(const nlohmann::json& shape, const std::string&
   std::vector<int64_t> sizes;
   *numel = 1;
   for (const auto& d : shape) {
-    CHECK_SAFETENSORS(d.is_number_unsigned(), what, "tensor '", name, "': shape holds ", d.dump());
+    CHECK_SAFETENSORS(d.is_number_unsigned(), what, "tensor '", name, "': shape holds ", brief(d));
     const uint64_t v = d.get<uint64_t>();
     CHECK_SAFETENSORS(v == 0 || *numel <= (uint64_t{1} << 62) / v, what, "tensor '", name,
                       "': shape is too large");
@@ -230,11 +238,13 @@ void save_safetensors(const std::string& path,
 }
 
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamoff file_size = in ? static_cast<std::streamoff>(in.tellg()) : -1;
   char size_bytes[8] = {};
-  if (!in.read(size_bytes, 8)) return {};
+  if (file_size < 8 || !in.seekg(0) || !in.read(size_bytes, 8)) return {};
   const uint64_t n = little_endian_u64(size_bytes);
-  if (n == 0 || n > kMaxHeaderBytes) return {};
+  // Nothing is allocated for a header the file cannot hold.
+  if (n == 0 || n > kMaxHeaderBytes || n > static_cast<uint64_t>(file_size - 8)) return {};
   std::string text(n, '\0');
   if (!in.read(text.data(), static_cast<std::streamsize>(n))) return {};
   const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

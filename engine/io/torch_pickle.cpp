@@ -8,6 +8,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -40,6 +41,10 @@ enum class PickleOpCode : char {
 // clang-format on
 
 const char* const kTruncated = "data.pkl ends early (truncated pickle)";
+// Containers nest at most this deep (a state dict needs 4 or 5 levels; Python's own limit is ~1000).
+constexpr int kMaxDepth = 100;
+// Memo entries at most (one per object a pickle shares; a state dict has a few per tensor).
+constexpr size_t kMaxMemo = 1u << 22;
 const char* const kUnderflow = "corrupt pickle in data.pkl (stack underflow)";
 
 Obj make(PyObj::Kind kind) {
@@ -57,8 +62,10 @@ Obj make_str(PyObj::Kind kind, std::string s) {  // kStr, kBytes, kGlobal, kOpaq
   o->s = std::move(s);
   return o;
 }
+void adopt(PyObj& parent, const Obj& child);
 Obj make_items(PyObj::Kind kind, std::vector<Obj> items) {  // kTuple, kList
   auto o = make(kind);
+  for (const Obj& item : items) adopt(*o, item);
   o->items = std::move(items);
   return o;
 }
@@ -80,8 +87,24 @@ torch::ScalarType storage_dtype(const std::string& storage_class) {
   return it->second;
 }
 
+// Makes `child` part of `parent` (an item, key or value): the child is sealed, never to change again, and
+// the parent is at least one level deeper. Python's pickler writes every object whole before anything
+// holds it, so a state dict never changes what is already held; a pickle that would (a list appended to
+// itself, a cycle through the memo) is refused, and the objects stay a tree of bounded depth, freed
+// without leaks and walked without unbounded recursion.
+void adopt(PyObj& parent, const Obj& child) {
+  child->sealed = true;  // first: an object put into itself is then sealed too
+  RANZCR_CHECK(!parent.sealed,
+               "corrupt pickle in data.pkl (an object changed after it was used: a "
+               "recursive structure?)");
+  RANZCR_CHECK(child->depth < kMaxDepth, "data.pkl nests objects more than ", kMaxDepth, " deep");
+  parent.depth = std::max(parent.depth, child->depth + 1);
+}
+
 // The items of a dict (DICT, SETITEM, SETITEMS): key, value, key, value, ...
 void set_items(const Obj& dict, const std::vector<Obj>& kvs) {
+  RANZCR_CHECK(kvs.size() % 2 == 0, "corrupt pickle in data.pkl (a key without a value)");
+  for (const Obj& o : kvs) adopt(*dict, o);
   if (dict->kind != PyObj::kDict) return;  // items of an opaque object (a dict subclass we do not know)
   for (size_t k = 0; k + 1 < kvs.size(); k += 2) dict->entries.emplace_back(kvs[k], kvs[k + 1]);
 }
@@ -107,26 +130,45 @@ Obj make_dict(const Obj& args) {
   auto d = make(PyObj::kDict);
   if (args->kind == PyObj::kTuple && !args->items.empty() && args->items[0]->kind == PyObj::kList)
     for (const auto& pair : args->items[0]->items)
-      if (pair->kind == PyObj::kTuple && pair->items.size() == 2)
+      if (pair->kind == PyObj::kTuple && pair->items.size() == 2) {
+        adopt(*d, pair->items[0]);
+        adopt(*d, pair->items[1]);
         d->entries.emplace_back(pair->items[0], pair->items[1]);
+      }
   return d;
+}
+
+// The last element a view of `size` and `stride` from `offset` reaches, -1 when it is empty; also -1 (and
+// `ok` false) for negative values or a reach past 2^63.
+int64_t view_end(int64_t offset, const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                 bool* ok) {
+  *ok = offset >= 0 && size.size() == stride.size();
+  int64_t last = offset;
+  for (size_t d = 0; *ok && d < size.size(); ++d) {
+    *ok = size[d] >= 0 && stride[d] >= 0;
+    if (*ok && size[d] == 0) return -1;
+  }
+  for (size_t d = 0; *ok && d < size.size(); ++d) {
+    int64_t reach = 0;
+    *ok = !__builtin_mul_overflow(size[d] - 1, stride[d], &reach) &&
+          !__builtin_add_overflow(last, reach, &last);
+  }
+  return *ok ? last : -1;
 }
 
 // torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...): a view of the storage, which it
 // must not reach past.
 Obj rebuild_tensor(const Obj& args, const std::string& fn) {
   const Obj& storage = arg(args, 0, fn);
-  RANZCR_CHECK(storage->kind == PyObj::kTensor, "unexpected arguments to ", fn);
-  const int64_t offset = arg(args, 1, fn)->i;
+  const Obj& offset = arg(args, 1, fn);
+  RANZCR_CHECK(storage->kind == PyObj::kTensor && offset->kind == PyObj::kInt, "unexpected arguments to ",
+               fn);
   const auto size = ints(arg(args, 2, fn), fn), stride = ints(arg(args, 3, fn), fn);
-  int64_t last = offset;  // the last element the view reaches
-  for (size_t d = 0; d < size.size() && d < stride.size(); ++d)
-    if (size[d] == 0) last = -1;
-  for (size_t d = 0; last >= 0 && d < size.size() && d < stride.size(); ++d)
-    last += (size[d] - 1) * stride[d];
-  RANZCR_CHECK(size.size() == stride.size() && offset >= 0 && last < storage->tensor.numel(),
+  bool ok = false;
+  const int64_t last = view_end(offset->i, size, stride, &ok);
+  RANZCR_CHECK(ok && last < storage->tensor.numel(),
                "a tensor reaches past the end of its storage in data.pkl");
-  return make_tensor(storage->tensor.as_strided(size, stride, offset));
+  return make_tensor(storage->tensor.as_strided(size, stride, offset->i));
 }
 
 // callable(*args) for the functions and classes torch.save'd state dicts use; anything else becomes an
@@ -309,6 +351,8 @@ class Unpickler {
   bool put(int key_bytes) {
     const Obj value = top();
     const uint64_t key = key_bytes > 0 ? le(key_bytes) : memo_.size();
+    RANZCR_CHECK(memo_.size() < kMaxMemo || memo_.count(key), "data.pkl memoizes more than ", kMaxMemo,
+                 " objects");
     memo_[key] = value;
     return true;
   }
@@ -322,14 +366,16 @@ class Unpickler {
   }
 
   bool append(bool one) {  // APPEND one value; APPENDS, ADDITEMS those since the mark
-    if (one) {
-      Obj v = pop();
-      top()->items.push_back(v);
-      return true;
-    }
-    auto vs = pop_mark();
-    auto& list = top()->items;
-    list.insert(list.end(), vs.begin(), vs.end());
+    std::vector<Obj> vs;
+    if (one)
+      vs.push_back(pop());
+    else
+      vs = pop_mark();
+    const Obj& list = top();
+    RANZCR_CHECK(list->kind == PyObj::kList || list->kind == PyObj::kOpaque,
+                 "corrupt pickle in data.pkl (items appended to something that is not a list)");
+    for (const Obj& v : vs) adopt(*list, v);
+    if (list->kind == PyObj::kList) list->items.insert(list->items.end(), vs.begin(), vs.end());
     return true;
   }
 
@@ -358,12 +404,18 @@ class Unpickler {
     auto it = storages_.find(key);
     if (it != storages_.end()) return it->second;
     const torch::ScalarType dtype = storage_dtype(pid->items[1]->s);
+    RANZCR_CHECK(pid->items[4]->kind == PyObj::kInt && pid->items[4]->i >= 0,
+                 "unexpected persistent id in data.pkl (a storage size that is not a count)");
     const int64_t numel = pid->items[4]->i;
     const std::string record = "data/" + key;
-    const size_t nbytes = static_cast<size_t>(numel) * torch::elementSize(dtype);
     RANZCR_CHECK(archive_.hasRecord(record), "the archive lacks the record ", record);
-    RANZCR_CHECK(archive_.getRecordSize(record) >= nbytes, "the record ", record, " is shorter than its ",
-                 numel, " elements");
+    const size_t element = torch::elementSize(dtype);
+    const size_t record_bytes = archive_.getRecordSize(record);
+    RANZCR_CHECK(static_cast<uint64_t>(numel) <= record_bytes / element, "the record ", record,
+                 " is shorter than its ", numel, " elements");
+    const size_t nbytes = static_cast<size_t>(numel) * element;
+    RANZCR_CHECK(nbytes == record_bytes, "the record ", record, " holds ", record_bytes, " bytes, not the ",
+                 nbytes, " of its ", numel, " elements");  // as torch.load requires
     torch::Tensor storage = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
     if (nbytes > 0) archive_.getRecord(record, storage.data_ptr(), nbytes);
     return storages_[key] = make_tensor(storage);

@@ -33,6 +33,8 @@ struct PyObj {
   std::vector<Obj> items;  // kTuple, kList
   std::vector<std::pair<Obj, Obj>> entries;  // kDict, in insertion order
   torch::Tensor tensor;                      // kTensor
+  int depth = 0;                             // levels of objects inside it (0: holds none)
+  bool sealed = false;                       // held by another object, so never changed again
 };
 
 /// The object that `data_pkl`, the bytes of `archive`'s data.pkl, unpickles to; its tensors are read from

@@ -22,12 +22,36 @@ FileFormat trained_model_format(const std::string& path) {
   return format;
 }
 
+// At most this many labels: a file cannot make the classifier head as large as it likes (RANZCR has 11,
+// ChestX-ray14 and CheXpert 14).
+constexpr size_t kMaxLabels = 1000;
+
+// What the model is built from, checked before anything is allocated for it: the file names it.
+void check_model_info(const TrainedModelInfo& info, const std::string& path) {
+  const ModelConfig& m = info.model;
+  RANZCR_CHECK(m.in_channels == 1 || m.in_channels == 3, path, ": the model has ", m.in_channels,
+               " input channels, expected 1 or 3");
+  RANZCR_CHECK(!info.label_names.empty() && info.label_names.size() <= kMaxLabels, path, ": the model has ",
+               info.label_names.size(), " labels, expected 1 to ", kMaxLabels);
+  for (const auto* values : {&m.input_mean, &m.input_std})
+    RANZCR_CHECK(values->size() == 1 || values->size() == static_cast<size_t>(m.in_channels), path,
+                 ": the model's input mean/std hold ", values->size(), " values, expected 1 or ",
+                 m.in_channels);
+  RANZCR_CHECK(m.dropout >= 0.0 && m.dropout < 1.0, path, ": the model's dropout is ", m.dropout,
+               ", expected [0, 1)");
+}
+
 std::shared_ptr<Classifier> build(const TrainedModelInfo& info) {
+  check_model_info(info, info.path);
   ModelSpec spec;
   spec.in_channels = info.model.in_channels;
   spec.num_classes = static_cast<int>(info.label_names.size());
   spec.dropout = info.model.dropout;
-  return create_model(info.model.name, spec);
+  try {
+    return create_model(info.model.name, spec);
+  } catch (const std::runtime_error& e) {  // an unknown name: the registry lists the valid ones
+    RANZCR_FAIL(info.path, ": ", e.what());
+  }
 }
 
 TrainedModel from_checkpoint(const std::string& path, const torch::Device& device) {
@@ -60,7 +84,11 @@ T metadata_json(const SafetensorsFile& file, const std::string& path, const std:
   try {
     return nlohmann::json::parse(it->second).get<T>();
   } catch (const nlohmann::json::exception&) {
-    RANZCR_FAIL(path, ": metadata '", key, "' is malformed: ", it->second);
+    const std::string& v = it->second;
+    RANZCR_FAIL(path, ": metadata '", key, "' is malformed: ",
+                v.find('\n') == std::string::npos && v.size() <= 80
+                    ? v
+                    : v.substr(0, std::min<size_t>(v.find('\n'), 80)) + "...");
   }
 }
 
@@ -109,7 +137,6 @@ TrainedModel from_safetensors(const std::string& path, const torch::Device& devi
   if (config != file.metadata.end()) info.config_yaml = config->second;
   auto weights = file.metadata.find("weights");
   info.ema = weights != file.metadata.end() && weights->second == "ema";
-  RANZCR_CHECK(!info.label_names.empty(), path, ": metadata 'label_names' is empty");
   out.model = build(info);
   copy_exactly(*out.model, file, path);
   out.model->to(device);

@@ -18,6 +18,7 @@
 #include "engine/config/check.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/torch_pickle.h"
+#include "engine/io/zip_check.h"
 
 namespace ranzcr {
 namespace {
@@ -63,6 +64,9 @@ struct TorchSaveArchive {
 
 TorchSaveArchive open_torch_save(const std::string& path) {
   TorchSaveArchive archive;
+  // LibTorch's reader trusts what an archive declares and leaks on the ones it refuses: ours looks first.
+  const std::string problem = torch_zip_problem(path);
+  RANZCR_CHECK(problem.empty(), path, ": cannot read the torch.save archive: ", problem);
   try {
     archive.reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
     if (archive.reader->hasRecord("byteorder")) {

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets of fuzz/ (clang-14, libFuzzer, AddressSanitizer + UndefinedBehaviorSanitizer) into
+# build-fuzz/ and runs each for a while from its checked-in seed corpus. Fails when any target crashes,
+# leaks, takes over 10 s for one input, needs over 2 GiB, or breaks the one-line-error promise (see
+# fuzz/fuzz_util.h); the input that did it is kept under build-fuzz/run/<target>/artifacts/.
+#   scripts/fuzz.sh                       # every target, 60 s each, as many at once as there are cores
+#   scripts/fuzz.sh --seconds 30          # CI's short pass
+#   scripts/fuzz.sh --seconds 1800 --targets torch_pickle,csv --jobs 2
+#   scripts/fuzz.sh --build-only          # build, run nothing
+#   scripts/fuzz.sh --replay FILE|DIR...  # run the targets' programs once over inputs (no fuzzing)
+# The inputs found while fuzzing stay in build-fuzz/run/<target>/corpus (seeds of the next run there); the
+# checked-in corpus (fuzz/corpus/) is never written. Needs what scripts/setup.sh sets up (it runs it), plus
+# Debian's clang-14 and libclang-rt-14-dev (installed when missing, like setup.sh's packages).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD=$ROOT/build-fuzz
+ALL_TARGETS="safetensors torch_pickle weight_file trained_model checkpoint_resume csv annotations config image dicom"
+SECS=60
+JOBS=$(nproc)
+TARGETS=$ALL_TARGETS
+BUILD_ONLY=0
+REPLAY=()
+die() {
+  echo "error: $*" >&2
+  exit 1
+}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) SECS=${2:?--seconds needs a number}; shift 2 ;;
+    --jobs) JOBS=${2:?--jobs needs a number}; shift 2 ;;
+    --targets) TARGETS=${2//,/ }; shift 2 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
+    --replay) shift; REPLAY=("$@"); break ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (see scripts/fuzz.sh --help)" ;;
+  esac
+done
+[[ "$SECS" =~ ^[0-9]+$ && "$SECS" -gt 0 ]] || die "--seconds must be a whole number of seconds > 0, got '$SECS'"
+[[ "$JOBS" =~ ^[0-9]+$ && "$JOBS" -gt 0 ]] || die "--jobs must be a whole number > 0, got '$JOBS'"
+for t in $TARGETS; do
+  [[ " $ALL_TARGETS " == *" $t "* ]] || die "unknown target '$t' (targets: $ALL_TARGETS)"
+done
+
+# 1. clang with libFuzzer and the sanitizer runtimes.
+if ! command -v clang++-14 >/dev/null || ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+  [ "${RANZCR_OFFLINE:-0}" = 1 ] && die "no clang-14/libclang-rt-14-dev, and RANZCR_OFFLINE=1 forbids apt-get"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "fuzz: installing Debian packages: clang-14 libclang-rt-14-dev" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang-14 libclang-rt-14-dev >/dev/null
+fi
+
+# 2. The fuzz build: setup.sh's dependencies and configure step, with clang and the sanitizers.
+CC=clang-14 CXX=clang++-14 CXXFLAGS="-gline-tables-only" BUILD_DIR=$BUILD RANZCR_BUILD_TARGET=fuzz_targets \
+  RANZCR_CMAKE_ARGS="-DRANZCR_FUZZ=ON -DRANZCR_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1" \
+  scripts/setup.sh
+[ "$BUILD_ONLY" = 1 ] && exit 0
+
+# The largest input a target is given: above its largest seed (a checkpoint of tiny_cnn is ~100 KB).
+max_len() {
+  case "$1" in
+    trained_model|checkpoint_resume) echo 262144 ;;
+    dicom|image) echo 131072 ;;
+    weight_file) echo 65536 ;;
+    *) echo 16384 ;;
+  esac
+}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+if [ ${#REPLAY[@]} -gt 0 ]; then
+  for t in $TARGETS; do
+    echo "fuzz: $t over ${REPLAY[*]}" >&2
+    "$BUILD/fuzz/fuzz_$t" -rss_limit_mb=2048 -timeout=10 "${REPLAY[@]}"
+  done
+  exit 0
+fi
+
+# 3. Fuzz: each target in its own folder, JOBS at a time.
+run_target() {
+  local t=$1 work=$BUILD/run/$1
+  mkdir -p "$work/corpus" "$work/artifacts"
+  local dict=()
+  [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="fuzz/dict/$t.dict")
+  "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
+    -artifact_prefix="$work/artifacts/" -print_final_stats=1 "${dict[@]}" "$work/corpus" "fuzz/corpus/$t" \
+    > "$work/log.txt" 2>&1
+}
+summary() {  # one line of a target's figures from its log
+  local t=$1 rc=$2 log=$BUILD/run/$1/log.txt
+  local execs cov ft corp rss
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  corp=$(grep -o 'corp: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  printf '%-18s %-8s %12s %8s %8s %8s %8s\n' "$t" "$([ "$rc" = 0 ] && echo ok || echo FAILED)" \
+    "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "${rss:-?}"
+}
+echo "fuzz: $(echo $TARGETS | wc -w) targets, ${SECS} s each, $JOBS at a time (logs: build-fuzz/run/<target>/log.txt)" >&2
+declare -A RC
+pending=($TARGETS)
+running=()
+while [ ${#pending[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
+  while [ ${#pending[@]} -gt 0 ] && [ ${#running[@]} -lt "$JOBS" ]; do
+    t=${pending[0]}; pending=("${pending[@]:1}")
+    run_target "$t" &
+    running+=("$!:$t")
+  done
+  wait -n || true
+  still=()
+  for entry in "${running[@]}"; do
+    pid=${entry%%:*}; t=${entry#*:}
+    if kill -0 "$pid" 2>/dev/null; then still+=("$entry"); continue; fi
+    rc=0; wait "$pid" || rc=$?
+    RC[$t]=$rc
+  done
+  running=("${still[@]}")
+done
+
+printf '%-18s %-8s %12s %8s %8s %8s %8s\n' target result executions cov ft corpus rss_mb
+failed=0
+for t in $TARGETS; do
+  summary "$t" "${RC[$t]}"
+  [ "${RC[$t]}" = 0 ] || failed=1
+done
+if [ "$failed" = 1 ]; then
+  for t in $TARGETS; do
+    [ "${RC[$t]}" = 0 ] && continue
+    echo "---- $t: the end of build-fuzz/run/$t/log.txt (inputs kept in build-fuzz/run/$t/artifacts/) ----" >&2
+    tail -n 40 "$BUILD/run/$t/log.txt" >&2
+  done
+  die "fuzzing found a problem (above)"
+fi
