@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "data/csv.h"
+#include "data/printable.h"
 
 namespace ranzcr {
 namespace {
@@ -71,7 +72,9 @@ class PolylineParser {
 
 int required_column(const CsvTable& table, const std::string& name, const std::string& path) {
   const int c = table.column(name);
-  if (c < 0) throw std::runtime_error(path + ": no column '" + name + "' (expected " + name + ",label,data)");
+  if (c < 0)
+    throw std::runtime_error(path + ": no column '" + printable(name) + "' (expected " + printable(name) +
+                             ",label,data)");
   return c;
 }
 
@@ -103,7 +106,8 @@ ImageAnnotations load_annotations(const std::string& csv_path, const DatasetInde
     try {
       const auto it = row_of.find(row[id_col]);
       if (it == row_of.end())
-        throw std::invalid_argument("unknown id '" + row[id_col] + "' (not in the training table)");
+        throw std::invalid_argument("unknown id '" + printable(row[id_col]) +
+                                    "' (not in the training table)");
       out.by_row[it->second].push_back(parse_polyline(row[data_col]));
       ++out.rows;
     } catch (const std::invalid_argument& e) {

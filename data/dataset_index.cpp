@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "data/csv.h"
+#include "data/printable.h"
 
 namespace fs = std::filesystem;
 
@@ -83,14 +84,15 @@ DatasetIndex load_index(const std::string& csv_path, const std::string& image_di
   }
   Offenders missing_cols("required columns missing (header has: " + [&] {
     std::string h;
-    for (const auto& name : table.header) h += (h.empty() ? "" : ", ") + name;
-    return h;
+    for (size_t c = 0; c < table.header.size() && c < 20; ++c)
+      h += (c ? ", " : "") + printable(table.header[c]);
+    return table.header.size() > 20 ? h + ", ... (" + std::to_string(table.header.size()) + " columns)" : h;
   }() + ")");
-  if (id_col < 0) missing_cols.add("'" + options.id_column + "' (data.id_column)");
+  if (id_col < 0) missing_cols.add("'" + printable(options.id_column) + "' (data.id_column)");
   std::vector<int> label_cols;
   for (const auto& name : label_names) {
     label_cols.push_back(table.column(name));
-    if (options.with_labels && label_cols.back() < 0) missing_cols.add("'" + name + "'");
+    if (options.with_labels && label_cols.back() < 0) missing_cols.add("'" + printable(name) + "'");
   }
   missing_cols.throw_if_any(csv_path);
   if (options.with_labels && label_names.empty())
@@ -108,21 +110,21 @@ DatasetIndex load_index(const std::string& csv_path, const std::string& image_di
     const std::string where = "line " + std::to_string(table.row_lines[r]);
     const std::string& id = row[id_col];
     if (id.empty()) bad_ids.add(where);
-    if (!seen.insert(id).second) dup_ids.add("'" + id + "' (" + where + ")");
+    if (!seen.insert(id).second) dup_ids.add("'" + printable(id) + "' (" + where + ")");
     if (options.with_labels) {
       for (size_t k = 0; k < label_cols.size(); ++k) {
         const std::string& v = row[label_cols[k]];
         if (v == "0" || v == "1" || v == "0.0" || v == "1.0") {
           index.labels.push_back(v[0] == '1' ? 1.0f : 0.0f);
         } else {
-          bad_labels.add(where + " column '" + label_names[k] + "' = '" + v + "'");
+          bad_labels.add(where + " column '" + printable(label_names[k]) + "' = '" + printable(v) + "'");
           index.labels.push_back(0.0f);
         }
       }
     }
     const std::string path = (fs::path(image_dir) / (id + options.image_ext)).string();
     if (options.check_images_exist && !id.empty() && !fs::exists(path))
-      missing_images.add(id + options.image_ext);
+      missing_images.add(printable(id + options.image_ext));
     index.ids.push_back(id);
     index.groups.push_back(group_col >= 0 ? row[group_col] : std::string());
     index.image_paths.push_back(path);

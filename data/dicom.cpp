@@ -22,6 +22,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "data/dicom_check.h"
+
 namespace ranzcr {
 namespace {
 
@@ -361,6 +363,7 @@ namespace {
 
 cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window) {
   silence_gdcm();
+  check_dicom_lengths(bytes.data(), bytes.size(), name);  // before GDCM allocates what the file declares
   std::istringstream in(std::string(bytes.begin(), bytes.end()));
   {
     gdcm::Reader header;

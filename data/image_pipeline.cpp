@@ -68,7 +68,7 @@ bool png_size(const std::vector<uchar>& b, int64_t* width, int64_t* height) {
 constexpr int64_t kMaxPixels = int64_t{1} << 28;  // 16384 x 16384
 
 void check_pixel_count(int64_t width, int64_t height, const std::string& path) {
-  if (width <= 0 || height <= 0 || width * height > kMaxPixels)
+  if (width <= 0 || height <= 0 || width > kMaxPixels / height)  // width * height could overflow
     throw std::runtime_error("image " + path + " declares " + std::to_string(width) + " x " +
                              std::to_string(height) + " pixels, expected 1 to 268 million (16384 x 16384)");
 }

@@ -80,6 +80,7 @@ fi
 # 3. Fuzz: each target in its own folder, JOBS at a time.
 run_target() {
   local t=$1 work=$BUILD/run/$1
+  rm -rf "$work/artifacts"  # this run's findings only
   mkdir -p "$work/corpus" "$work/artifacts"
   local dict=()
   [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="fuzz/dict/$t.dict")

@@ -1,5 +1,6 @@
 #include "engine/io/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/serialize.h>
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <type_traits>
 
 #include "engine/config/check.h"
+#include "engine/io/torch_pickle.h"
 #include "engine/io/zip_check.h"
 
 namespace fs = std::filesystem;
@@ -149,6 +151,21 @@ void write_meta(torch::serialize::OutputArchive& archive, const CheckpointMeta& 
   });
 }
 
+// LibTorch's unpickler trusts the lengths and memo keys a pickle declares (it reserves what they say): ours
+// reads the archive's pickles first, storages unread.
+void check_pickles(const std::string& path) {
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    pickle::check_archive_pickles(reader);
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    RANZCR_FAIL(path, " is not a ranzcr checkpoint (cannot read it as a LibTorch archive: ",
+                what.substr(0, what.find('\n')), ")");
+  } catch (const std::runtime_error& e) {
+    RANZCR_FAIL(path, " is not a ranzcr checkpoint (", e.what(), ")");
+  }
+}
+
 torch::serialize::InputArchive open_archive(const std::string& path,
                                             const torch::Device& device = torch::kCPU) {
   RANZCR_CHECK(fs::is_regular_file(path), "checkpoint not found: ", path);
@@ -156,6 +173,7 @@ torch::serialize::InputArchive open_archive(const std::string& path,
   const std::string problem = torch_zip_problem(path);
   RANZCR_CHECK(problem.empty(), path,
                " is not a ranzcr checkpoint (cannot read it as a LibTorch archive: ", problem, ")");
+  check_pickles(path);
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(path, device);

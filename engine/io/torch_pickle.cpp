@@ -191,8 +191,8 @@ Obj call(const Obj& callable, const Obj& args) {
 
 class Unpickler {
  public:
-  Unpickler(const std::string& bytes, caffe2::serialize::PyTorchStreamReader& archive)
-      : bytes_(bytes), archive_(archive) {}
+  Unpickler(const std::string& bytes, caffe2::serialize::PyTorchStreamReader& archive, bool read_storages)
+      : bytes_(bytes), archive_(archive), read_storages_(read_storages) {}
 
   Obj run() {
     while (read_instruction() != PickleOpCode::STOP) {
@@ -351,6 +351,9 @@ class Unpickler {
   bool put(int key_bytes) {
     const Obj value = top();
     const uint64_t key = key_bytes > 0 ? le(key_bytes) : memo_.size();
+    // Picklers number memo entries 0, 1, 2, ...; a key further on is refused (LibTorch's own unpickler
+    // reserves room up to twice the key).
+    RANZCR_CHECK(key <= memo_.size(), "corrupt pickle in data.pkl (memo key ", key, " out of sequence)");
     RANZCR_CHECK(memo_.size() < kMaxMemo || memo_.count(key), "data.pkl memoizes more than ", kMaxMemo,
                  " objects");
     memo_[key] = value;
@@ -416,6 +419,9 @@ class Unpickler {
     const size_t nbytes = static_cast<size_t>(numel) * element;
     RANZCR_CHECK(nbytes == record_bytes, "the record ", record, " holds ", record_bytes, " bytes, not the ",
                  nbytes, " of its ", numel, " elements");  // as torch.load requires
+    if (!read_storages_)  // checking only: a storage of the right size that holds nothing (nothing allocated)
+      return storages_[key] =
+                 make_tensor(torch::empty({numel}, torch::TensorOptions().dtype(dtype).device(torch::kMeta)));
     torch::Tensor storage = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
     if (nbytes > 0) archive_.getRecord(record, storage.data_ptr(), nbytes);
     return storages_[key] = make_tensor(storage);
@@ -490,6 +496,7 @@ class Unpickler {
 
   const std::string& bytes_;
   caffe2::serialize::PyTorchStreamReader& archive_;
+  const bool read_storages_;
   size_t pos_ = 0;
   std::vector<Obj> stack_;
   std::vector<size_t> marks_;
@@ -500,7 +507,24 @@ class Unpickler {
 }  // namespace
 
 Obj unpickle(const std::string& data_pkl, caffe2::serialize::PyTorchStreamReader& archive) {
-  return Unpickler(data_pkl, archive).run();
+  return Unpickler(data_pkl, archive, /*read_storages=*/true).run();
+}
+
+void check_archive_pickles(caffe2::serialize::PyTorchStreamReader& archive) {
+  for (const std::string& name : archive.getAllRecords()) {
+    if (name.size() < 3 || name.compare(name.size() - 3, 3, "pkl") != 0) continue;  // .pkl, .debug_pkl
+    auto [data, size] = archive.getRecord(name);
+    const std::string bytes(static_cast<const char*>(data.get()), size);
+    try {
+      Unpickler(bytes, archive, /*read_storages=*/false).run();
+    } catch (const std::runtime_error& e) {  // the messages say data.pkl: name the record instead
+      std::string why = e.what();
+      const std::string data_pkl = "data.pkl";
+      for (size_t at = why.find(data_pkl); at != std::string::npos; at = why.find(data_pkl, at + name.size()))
+        why.replace(at, data_pkl.size(), name);
+      RANZCR_FAIL(why);
+    }
+  }
 }
 
 }  // namespace ranzcr::pickle

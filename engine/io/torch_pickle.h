@@ -44,4 +44,11 @@ struct PyObj {
 /// or a missing or short record; c10::Error from the archive reader or torch passes through.
 Obj unpickle(const std::string& data_pkl, caffe2::serialize::PyTorchStreamReader& archive);
 
+/// Reads every pickle of `archive` (data.pkl, constants.pkl, code/*.debug_pkl, ...) with the interpreter
+/// above without reading the storages, and throws its one-line error (naming the record) if any is malformed,
+/// has a string or storage longer than its bytes, a memo key out of sequence, or a tensor reaching past its
+/// storage. For archives LibTorch's own unpickler then reads (checkpoints: torch::jit::load), which trusts
+/// such values (it reserves what a length or memo key says before reading it).
+void check_archive_pickles(caffe2::serialize::PyTorchStreamReader& archive);
+
 }  // namespace ranzcr::pickle

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "data/printable.h"
 #include "engine/config/check.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/safetensors.h"
@@ -49,8 +50,9 @@ std::shared_ptr<Classifier> build(const TrainedModelInfo& info) {
   spec.dropout = info.model.dropout;
   try {
     return create_model(info.model.name, spec);
-  } catch (const std::runtime_error& e) {  // an unknown name: the registry lists the valid ones
-    RANZCR_FAIL(info.path, ": ", e.what());
+  } catch (
+      const std::runtime_error& e) {  // an unknown name (from the file): the registry lists the valid ones
+    RANZCR_FAIL(info.path, ": ", printable(e.what(), 400));
   }
 }
 
