@@ -109,7 +109,7 @@ GDCM_OFF="GDCM_BUILD_SHARED_LIBS GDCM_USE_SYSTEM_ZLIB GDCM_USE_SYSTEM_OPENSSL GD
   GDCM_BUILD_APPLICATIONS GDCM_BUILD_TESTING GDCM_BUILD_EXAMPLES GDCM_DOCUMENTATION"
 
 # The build recipe: a finished install whose stamp names another one is rebuilt.
-GDCM_RECIPE="recipe 2: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*"
+GDCM_RECIPE="recipe 3: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, JPEG-LS decoder leak fixed"
 gdcm_done() { # gdcm_done PREFIX: a finished install of this recipe
   [ -f "$1/lib/cmake/gdcm-3.0/GDCMConfig.cmake" ] && grep -qsF "$GDCM_RECIPE" "$1/.stamps/gdcm"
 }
@@ -144,6 +144,19 @@ gdcm_unpack() {
     rm "$zconf.mangle"
     grep -q 'gdcmzlib_deflate' "$zconf" || die "could not patch $zconf"
   fi
+  gdcm_fix_jpegls_leak "$src"
+}
+
+# gdcm_fix_jpegls_leak SRC: GDCM 3.0.21's JPEG-LS decoder (gdcmJPEGLSCodec.cxx) returns on a stream CharLS
+# cannot decode before it frees the buffer the fragments were copied into (found by fuzz/targets/dicom.cpp:
+# one leak per corrupt file, the size of its pixel data); free it first, in the 2-D and the 3-D path.
+gdcm_fix_jpegls_leak() {
+  local f=$1/Source/MediaStorageAndFileFormat/gdcmJPEGLSCodec.cxx
+  grep -q 'ranzcr-cpp: freed before' "$f" && return 0
+  say "gdcm: fixing the JPEG-LS decoder's leak in ${f#"$GDCM_ROOT"/}"
+  perl -0pi -e 's/(bool b = DecodeByStreamsCommon\(buffer, totalLen, rgbyteOut\);\n)(\s*)if\( !b \) return false;\n\s*delete\[\] buffer;/$1$2delete[] buffer; \/\/ ranzcr-cpp: freed before the return\n$2if( !b ) return false;/' "$f"
+  perl -0pi -e 's/(gdcmDebugMacro\( "Could not parse JPEG-LS header" \);\n)(\s*)return false;(\n\s*\}\n\n\s*\/\/ allowedlossyerror)/$1$2delete[] mybuffer; \/\/ ranzcr-cpp: freed before the return\n$2return false;$3/' "$f"
+  [ "$(grep -c 'ranzcr-cpp: freed before' "$f")" = 2 ] || die "could not patch $f (GDCM's JPEG-LS leak)"
 }
 
 # gdcm_check_clashes PREFIX LIBRARY...: GDCM's static libraries in PREFIX against the libraries a program

@@ -7,13 +7,17 @@
 
 #include <c10/util/StringUtil.h>
 
+#include "data/printable.h"
+
 #include <stdexcept>
 #include <string>
 
 namespace ranzcr::detail {
 
+// Messages quote names and values from files: control characters there (a newline in a YAML key or a
+// safetensors name) are escaped, so that a message stays one line, and a message stops at 2000 bytes.
 [[noreturn]] inline void throw_user_error(const std::string& message) {
-  throw std::runtime_error(message);
+  throw std::runtime_error(printable(message, 2000));
 }
 
 }  // namespace ranzcr::detail

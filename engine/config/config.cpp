@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "data/printable.h"
+
 namespace ranzcr {
 
 std::vector<std::string> detail::split_names(const char* names) {
@@ -247,7 +249,11 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   } catch (const YAML::Exception& e) {
     throw std::runtime_error(origin + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
   }
-  return parse_tree(root, Source{origin, {}}, overrides);
+  try {
+    return parse_tree(root, Source{origin, {}}, overrides);
+  } catch (const std::runtime_error& e) {  // its messages quote keys and values of the file: one line each
+    throw std::runtime_error(printable(e.what(), 2000));
+  }
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

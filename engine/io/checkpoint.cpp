@@ -3,6 +3,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/serialize.h>
 
+#include <cctype>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -151,12 +152,31 @@ void write_meta(torch::serialize::OutputArchive& archive, const CheckpointMeta& 
   });
 }
 
-// LibTorch's unpickler trusts the lengths and memo keys a pickle declares (it reserves what they say): ours
-// reads the archive's pickles first, storages unread.
-void check_pickles(const std::string& path) {
+// Whether TorchScript source `code` defines a function or method: the word "def" anywhere.
+bool defines_code(const std::string& code) {
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = code.find("def"); at != std::string::npos; at = code.find("def", at + 1))
+    if ((at == 0 || !word(code[at - 1])) && (at + 3 == code.size() || !word(code[at + 3]))) return true;
+  return false;
+}
+
+// What LibTorch's loader (torch::jit::load) would trust in the archive at `path`, checked first: its pickles
+// read by our interpreter with the storages unread (LibTorch's unpickler reserves what a string length or a
+// memo key declares), and its TorchScript code free of functions and methods. A ranzcr checkpoint's modules
+// hold attributes only; code that defines a __setstate__ would be compiled and run by the loader.
+void check_before_jit_load(const std::string& path) {
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
     pickle::check_archive_pickles(reader);
+    for (const std::string& name : reader.getAllRecords()) {
+      if (name.rfind("code/", 0) != 0 || name.size() < 3 || name.compare(name.size() - 3, 3, ".py") != 0)
+        continue;
+      auto [data, size] = reader.getRecord(name);
+      RANZCR_CHECK(!defines_code(std::string(static_cast<const char*>(data.get()), size)),
+                   "its TorchScript code (", name,
+                   ") defines functions, which loading would compile and could run; ranzcr checkpoints "
+                   "hold none");
+    }
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     RANZCR_FAIL(path, " is not a ranzcr checkpoint (cannot read it as a LibTorch archive: ",
@@ -173,7 +193,7 @@ torch::serialize::InputArchive open_archive(const std::string& path,
   const std::string problem = torch_zip_problem(path);
   RANZCR_CHECK(problem.empty(), path,
                " is not a ranzcr checkpoint (cannot read it as a LibTorch archive: ", problem, ")");
-  check_pickles(path);
+  check_before_jit_load(path);
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(path, device);

@@ -1,6 +1,10 @@
 #include "engine/io/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
+
+#include <functional>
+#include <sstream>
 
 #include "models/registry.h"
 #include "tests/test_util.h"
@@ -90,6 +94,55 @@ TEST(Checkpoint, NotACheckpointIsAClearError) {
               std::string::npos)
         << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+// The checkpoint `bytes` written again with `edit` applied to each record (name, contents).
+std::string rewrite_archive(const std::string& bytes,
+                            const std::function<void(const std::string&, std::string&)>& edit) {
+  std::istringstream in(bytes);
+  caffe2::serialize::PyTorchStreamReader reader(&in);
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
+    out.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name == "version" || name == ".data/version" || name == ".data/serialization_id") continue;
+    auto [data, size] = reader.getRecord(name);
+    std::string record(static_cast<const char*>(data.get()), size);
+    edit(name, record);
+    writer.writeRecord(name, record.data(), record.size());
+  }
+  writer.writeEndOfFile();
+  return out;
+}
+
+TEST(Checkpoint, CodeThatDefinesAMethodIsRefusedBeforeLibTorchLoadsIt) {
+  // torch::jit::load compiles a checkpoint's TorchScript code and runs a __setstate__ it defines while
+  // unpickling. Ours hold attributes only: a checkpoint whose code defines any function is refused first.
+  test::TempDir dir;
+  auto m = create_model("tiny_cnn", ModelSpec{});
+  CheckpointMeta meta;
+  meta.model_name = "tiny_cnn";
+  const std::string bytes = serialize_checkpoint(meta, *m, nullptr);
+  test::write_file(dir / "plain.pt", rewrite_archive(bytes, [](const std::string&, std::string&) {}));
+  EXPECT_EQ(read_checkpoint_meta(dir / "plain.pt").model_name, "tiny_cnn");  // the rewrite alone is fine
+  test::write_file(dir / "code.pt", rewrite_archive(bytes, [](const std::string& name, std::string& record) {
+                     if (name == "code/__torch__.py")
+                       record +=
+                           "  def __setstate__(self, state: Tuple[int, int]) -> None:\n    return None\n";
+                   }));
+  try {
+    read_checkpoint_meta(dir / "code.pt");
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(
+        msg.find(dir / "code.pt" + " is not a ranzcr checkpoint (its TorchScript code (code/__torch__.py) "
+                                   "defines functions"),
+        std::string::npos)
+        << msg;
   }
 }
 
