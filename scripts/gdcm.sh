@@ -109,7 +109,7 @@ GDCM_OFF="GDCM_BUILD_SHARED_LIBS GDCM_USE_SYSTEM_ZLIB GDCM_USE_SYSTEM_OPENSSL GD
   GDCM_BUILD_APPLICATIONS GDCM_BUILD_TESTING GDCM_BUILD_EXAMPLES GDCM_DOCUMENTATION"
 
 # The build recipe: a finished install whose stamp names another one is rebuilt.
-GDCM_RECIPE="recipe 3: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, JPEG-LS decoder leak fixed"
+GDCM_RECIPE="recipe 4: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, JPEG-LS and JPEG 2000 decoder leaks fixed"
 gdcm_done() { # gdcm_done PREFIX: a finished install of this recipe
   [ -f "$1/lib/cmake/gdcm-3.0/GDCMConfig.cmake" ] && grep -qsF "$GDCM_RECIPE" "$1/.stamps/gdcm"
 }
@@ -145,6 +145,7 @@ gdcm_unpack() {
     grep -q 'gdcmzlib_deflate' "$zconf" || die "could not patch $zconf"
   fi
   gdcm_fix_jpegls_leak "$src"
+  gdcm_fix_j2k_leaks "$src"
 }
 
 # gdcm_fix_jpegls_leak SRC: GDCM 3.0.21's JPEG-LS decoder (gdcmJPEGLSCodec.cxx) returns on a stream CharLS
@@ -157,6 +158,20 @@ gdcm_fix_jpegls_leak() {
   perl -0pi -e 's/(bool b = DecodeByStreamsCommon\(buffer, totalLen, rgbyteOut\);\n)(\s*)if\( !b \) return false;\n\s*delete\[\] buffer;/$1$2delete[] buffer; \/\/ ranzcr-cpp: freed before the return\n$2if( !b ) return false;/' "$f"
   perl -0pi -e 's/(gdcmDebugMacro\( "Could not parse JPEG-LS header" \);\n)(\s*)return false;(\n\s*\}\n\n\s*\/\/ allowedlossyerror)/$1$2delete[] mybuffer; \/\/ ranzcr-cpp: freed before the return\n$2return false;$3/' "$f"
   [ "$(grep -c 'ranzcr-cpp: freed before' "$f")" = 2 ] || die "could not patch $f (GDCM's JPEG-LS leak)"
+}
+
+# gdcm_fix_j2k_leaks SRC: GDCM 3.0.21's JPEG 2000 codec (gdcmJPEG2000Codec.cxx) leaks OpenJPEG's decoder,
+# stream and image on a codestream it refuses (found by fuzz/targets/dicom.cpp): GetHeaderInfo returns false
+# from five places without freeing them, DecodeByStreamsCommon frees the decoder but not the image when
+# decoding fails. Each of those returns frees what is there (all three start as null pointers).
+gdcm_fix_j2k_leaks() {
+  local f=$1/Source/MediaStorageAndFileFormat/gdcmJPEG2000Codec.cxx
+  grep -q 'ranzcr-cpp: j2k leaks' "$f" && return 0
+  say "gdcm: fixing the JPEG 2000 codec's leaks in ${f#"$GDCM_ROOT"/}"
+  perl -0pi "$GDCM_ROOT/scripts/gdcm-patches/j2k_leaks.pl" "$f"
+  [ "$(grep -c 'if (image) opj_image_destroy(image); return false; }' "$f")" -ge 5 ] &&
+    [ "$(grep -c '^    if (image) opj_image_destroy(image);$' "$f")" = 2 ] ||
+    die "could not patch $f (GDCM's JPEG 2000 leaks)"
 }
 
 # gdcm_check_clashes PREFIX LIBRARY...: GDCM's static libraries in PREFIX against the libraries a program
