@@ -24,6 +24,12 @@
 
 #include "data/dicom_check.h"
 
+namespace gdcm {
+// The longest value GDCM's ByteValue::SetLength allocates on this thread (scripts/gdcm-patches/
+// value_length_cap.pl: a GDCM built by scripts/gdcm.sh).
+extern thread_local unsigned long long ranzcr_max_value_length;
+}  // namespace gdcm
+
 namespace ranzcr {
 namespace {
 
@@ -361,9 +367,23 @@ bool has_dicom_extension(const std::string& path) {
 
 namespace {
 
+// gdcm::ranzcr_max_value_length (scripts/gdcm-patches/value_length_cap.pl) for this thread while a file
+// is parsed: GDCM refuses any value longer than the file can hold. Lifted before the pixel data is
+// decoded, whose output may be larger than the file.
+class ValueLengthCap {
+ public:
+  explicit ValueLengthCap(unsigned long long n) { gdcm::ranzcr_max_value_length = n; }
+  ~ValueLengthCap() { lift(); }
+  void lift() { gdcm::ranzcr_max_value_length = ~0ULL; }
+  ValueLengthCap(const ValueLengthCap&) = delete;
+  ValueLengthCap& operator=(const ValueLengthCap&) = delete;
+};
+
 cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window) {
   silence_gdcm();
-  check_dicom_lengths(bytes.data(), bytes.size(), name);  // before GDCM allocates what the file declares
+  // Before GDCM allocates what the file declares: our walk of its lengths, and a cap on any value GDCM's
+  // own re-reads under other interpretations would allocate.
+  ValueLengthCap cap(check_dicom_lengths(bytes.data(), bytes.size(), name));
   std::istringstream in(std::string(bytes.begin(), bytes.end()));
   {
     gdcm::Reader header;
@@ -394,6 +414,7 @@ cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name,
     fail(name, "has " + std::to_string(image.GetPixelFormat().GetSamplesPerPixel()) +
                    " samples per pixel, expected 1 (greyscale)");
   check_not_truncated(reader.GetFile(), in.str().size(), name);
+  cap.lift();
   cv::Mat values = stored_values(image, name);
   const bool signed_pixels = image.GetPixelFormat().GetPixelRepresentation() == 1;
   const std::optional<gdcm::DataSet> modality_lut = first_item(ds, kModalityLutSequence);

@@ -36,14 +36,15 @@ class Walker {
   Walker(const unsigned char* bytes, size_t size, const std::string& name)
       : b_(bytes), size_(size), name_(name) {}
 
-  void run() {
+  size_t run() {
     size_t pos = size_ >= 132 && std::memcmp(b_ + 128, "DICM", 4) == 0 ? 132 : 0;
     const bool has_meta = pos + 4 <= size_ && b_[pos] == 0x02 && b_[pos + 1] == 0x00;
     if (has_meta) pos = meta_group(pos);
-    if (deflated_) return;
+    if (deflated_) return size_ * 1032;
     if (!has_meta && pos + 4 <= size_)  // big endian when its first group reads small that way only
       big_ = u16(pos, false) > 0xFF && u16(pos, true) <= 0xFF;
     elements(pos, size_, 0, /*until_item_end=*/false);
+    return size_;
   }
 
  private:
@@ -175,8 +176,8 @@ class Walker {
 
 }  // namespace
 
-void check_dicom_lengths(const unsigned char* bytes, size_t size, const std::string& name) {
-  Walker(bytes, size, name).run();
+size_t check_dicom_lengths(const unsigned char* bytes, size_t size, const std::string& name) {
+  return Walker(bytes, size, name).run();
 }
 
 }  // namespace ranzcr

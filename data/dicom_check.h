@@ -15,7 +15,8 @@ namespace ranzcr {
 /// meta group: big endian when its first group number reads small only that way), each element as
 /// explicit VR when a valid VR follows its tag and as implicit VR otherwise (as GDCM reads them). A
 /// deflated data set is not walked (its lengths lie in the compressed stream). Throws std::runtime_error
-/// with one line "DICOM file NAME: cannot be read (not DICOM, corrupt or truncated: <what>)".
-void check_dicom_lengths(const unsigned char* bytes, size_t size, const std::string& name);
+/// with one line "DICOM file NAME: cannot be read (not DICOM, corrupt or truncated: <what>)". Returns the
+/// longest value the file can hold: its size, or 1032 times it for a deflated data set (deflate's bound).
+size_t check_dicom_lengths(const unsigned char* bytes, size_t size, const std::string& name);
 
 }  // namespace ranzcr

@@ -109,7 +109,7 @@ GDCM_OFF="GDCM_BUILD_SHARED_LIBS GDCM_USE_SYSTEM_ZLIB GDCM_USE_SYSTEM_OPENSSL GD
   GDCM_BUILD_APPLICATIONS GDCM_BUILD_TESTING GDCM_BUILD_EXAMPLES GDCM_DOCUMENTATION"
 
 # The build recipe: a finished install whose stamp names another one is rebuilt.
-GDCM_RECIPE="recipe 4: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, JPEG-LS and JPEG 2000 decoder leaks fixed"
+GDCM_RECIPE="recipe 5: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, patches jpegls_leaks j2k_leaks value_length_cap"
 gdcm_done() { # gdcm_done PREFIX: a finished install of this recipe
   [ -f "$1/lib/cmake/gdcm-3.0/GDCMConfig.cmake" ] && grep -qsF "$GDCM_RECIPE" "$1/.stamps/gdcm"
 }
@@ -144,34 +144,31 @@ gdcm_unpack() {
     rm "$zconf.mangle"
     grep -q 'gdcmzlib_deflate' "$zconf" || die "could not patch $zconf"
   fi
-  gdcm_fix_jpegls_leak "$src"
-  gdcm_fix_j2k_leaks "$src"
+  gdcm_patch "$src"
 }
 
-# gdcm_fix_jpegls_leak SRC: GDCM 3.0.21's JPEG-LS decoder (gdcmJPEGLSCodec.cxx) returns on a stream CharLS
-# cannot decode before it frees the buffer the fragments were copied into (found by fuzz/targets/dicom.cpp:
-# one leak per corrupt file, the size of its pixel data); free it first, in the 2-D and the 3-D path.
-gdcm_fix_jpegls_leak() {
-  local f=$1/Source/MediaStorageAndFileFormat/gdcmJPEGLSCodec.cxx
-  grep -q 'ranzcr-cpp: freed before' "$f" && return 0
-  say "gdcm: fixing the JPEG-LS decoder's leak in ${f#"$GDCM_ROOT"/}"
-  perl -0pi -e 's/(bool b = DecodeByStreamsCommon\(buffer, totalLen, rgbyteOut\);\n)(\s*)if\( !b \) return false;\n\s*delete\[\] buffer;/$1$2delete[] buffer; \/\/ ranzcr-cpp: freed before the return\n$2if( !b ) return false;/' "$f"
-  perl -0pi -e 's/(gdcmDebugMacro\( "Could not parse JPEG-LS header" \);\n)(\s*)return false;(\n\s*\}\n\n\s*\/\/ allowedlossyerror)/$1$2delete[] mybuffer; \/\/ ranzcr-cpp: freed before the return\n$2return false;$3/' "$f"
-  [ "$(grep -c 'ranzcr-cpp: freed before' "$f")" = 2 ] || die "could not patch $f (GDCM's JPEG-LS leak)"
+# gdcm_patch SRC: fixes to GDCM 3.0.21 found by fuzzing (fuzz/targets/dicom.cpp), from scripts/gdcm-patches/:
+#   jpegls_leaks.pl      the JPEG-LS codec returned before freeing its copy of the stream (GetHeaderInfo,
+#                        Decode's 2-D and 3-D paths) on a stream CharLS refuses
+#   j2k_leaks.pl         the JPEG 2000 codec leaked OpenJPEG's decoder, stream and image on five returns of
+#                        GetHeaderInfo and the image where decoding fails
+#   value_length_cap.pl  ByteValue::SetLength allocated any length an element declares (GDCM re-reads a file
+#                        it cannot parse under other interpretations, past data/dicom_check.cpp's walk):
+#                        capped at gdcm::ranzcr_max_value_length, which data/dicom.cpp sets per file
+# Each patch marks the file it changed (a "ranzcr-cpp:" line); the count of its changes is checked.
+gdcm_patch_one() { # gdcm_patch_one FILE PATCH MARK EXPECTED: apply PATCH once; EXPECTED lines hold MARK after
+  local f=$1 pl=$GDCM_ROOT/scripts/gdcm-patches/$2
+  grep -q "ranzcr-cpp:.*$2" "$f" && return 0
+  say "gdcm: applying $2 to ${f#"$GDCM_ROOT"/}"
+  perl -0pi "$pl" "$f"
+  perl -0pi -e "s{\\A}{// ranzcr-cpp: patched by scripts/gdcm-patches/$2\\n}" "$f"
+  [ "$(grep -c -- "$3" "$f")" = "$4" ] || die "could not apply $2 to $f (GDCM's source is not the one it was written for)"
 }
-
-# gdcm_fix_j2k_leaks SRC: GDCM 3.0.21's JPEG 2000 codec (gdcmJPEG2000Codec.cxx) leaks OpenJPEG's decoder,
-# stream and image on a codestream it refuses (found by fuzz/targets/dicom.cpp): GetHeaderInfo returns false
-# from five places without freeing them, DecodeByStreamsCommon frees the decoder but not the image when
-# decoding fails. Each of those returns frees what is there (all three start as null pointers).
-gdcm_fix_j2k_leaks() {
-  local f=$1/Source/MediaStorageAndFileFormat/gdcmJPEG2000Codec.cxx
-  grep -q 'ranzcr-cpp: j2k leaks' "$f" && return 0
-  say "gdcm: fixing the JPEG 2000 codec's leaks in ${f#"$GDCM_ROOT"/}"
-  perl -0pi "$GDCM_ROOT/scripts/gdcm-patches/j2k_leaks.pl" "$f"
-  [ "$(grep -c 'if (image) opj_image_destroy(image); return false; }' "$f")" -ge 5 ] &&
-    [ "$(grep -c '^    if (image) opj_image_destroy(image);$' "$f")" = 2 ] ||
-    die "could not patch $f (GDCM's JPEG 2000 leaks)"
+gdcm_patch() {
+  local s=$1/Source
+  gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEGLSCodec.cxx" jpegls_leaks.pl 'delete\[\] \(dummy_buffer\|buffer\|mybuffer\);' 6
+  gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEG2000Codec.cxx" j2k_leaks.pl 'if (image) opj_image_destroy(image)' 9
+  gdcm_patch_one "$s/DataStructureAndEncodingDefinition/gdcmByteValue.cxx" value_length_cap.pl 'ranzcr_max_value_length' 2
 }
 
 # gdcm_check_clashes PREFIX LIBRARY...: GDCM's static libraries in PREFIX against the libraries a program

@@ -10,4 +10,3 @@ s{(bool JPEG2000Codec::GetHeaderInfo\(const char \* dummy_buffer.*?opj_create_de
   "$head$body$tail"
 }se;
 s{(opj_destroy_codec\(dinfo\);\n\s*opj_stream_destroy\(cio\);\n\s*gdcmErrorMacro\( "opj_decode failed" \);\n)}{$1    if (image) opj_image_destroy(image);\n}g;
-s{\A}{// ranzcr-cpp: j2k leaks fixed by scripts/gdcm-patches/j2k_leaks.pl\n};
