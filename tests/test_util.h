@@ -131,4 +131,13 @@ inline CommandResult run_command(const std::string& command) {
   return r;
 }
 
+/// The lines of `output` that start with "error: ".
+inline std::vector<std::string> error_lines(const std::string& output) {
+  std::vector<std::string> lines;
+  std::stringstream ss(output);
+  for (std::string line; std::getline(ss, line);)
+    if (line.rfind("error: ", 0) == 0) lines.push_back(line);
+  return lines;
+}
+
 }  // namespace ranzcr::test

@@ -31,13 +31,9 @@ class CliTest : public test::CliSuite<CliTest> {
     const auto r = run_command(bin() + " " + args);
     EXPECT_NE(r.status, 0) << args;
     EXPECT_LT(r.status, 128) << "crashed: " << r.output;
-    size_t count = 0;
-    std::string error_line;
-    std::stringstream ss(r.output);
-    for (std::string line; std::getline(ss, line);)
-      if (line.rfind("error: ", 0) == 0) ++count, error_line = line;
-    EXPECT_EQ(count, 1u) << r.output;
-    EXPECT_NE(error_line.find(expected), std::string::npos) << "got: " << r.output;
+    const std::vector<std::string> errors = test::error_lines(r.output);
+    ASSERT_EQ(errors.size(), 1u) << r.output;
+    EXPECT_NE(errors[0].find(expected), std::string::npos) << "got: " << r.output;
   }
 };
 

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <sstream>
 #include <string>
 
 #include "tests/test_util.h"
@@ -22,14 +21,10 @@ test::CommandResult evaluate_bounded(const std::string& path) {
 void expect_one_error_line(const test::CommandResult& r, const std::string& path,
                            const std::string& expected) {
   EXPECT_EQ(r.status, 1) << r.output;  // an error, not a crash (>= 128), a timeout (124) or a bad_alloc abort
-  size_t count = 0;
-  std::string error_line;
-  std::stringstream ss(r.output);
-  for (std::string line; std::getline(ss, line);)
-    if (line.rfind("error: ", 0) == 0) ++count, error_line = line;
-  EXPECT_EQ(count, 1u) << r.output;
-  EXPECT_NE(error_line.find(path), std::string::npos) << r.output;
-  EXPECT_NE(error_line.find(expected), std::string::npos) << r.output;
+  const std::vector<std::string> errors = test::error_lines(r.output);
+  ASSERT_EQ(errors.size(), 1u) << r.output;
+  EXPECT_NE(errors[0].find(path), std::string::npos) << r.output;
+  EXPECT_NE(errors[0].find(expected), std::string::npos) << r.output;
 }
 
 // A torch archive as LibTorch writes it, holding `data_pkl` and one 16-byte storage record.
