@@ -84,20 +84,22 @@ run_target() {
   mkdir -p "$work/corpus" "$work/artifacts"
   local dict=()
   [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="fuzz/dict/$t.dict")
-  "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
-    -artifact_prefix="$work/artifacts/" -print_final_stats=1 "${dict[@]}" "$work/corpus" "fuzz/corpus/$t" \
-    > "$work/log.txt" 2>&1
+  local TIMEFORMAT='%U %S'  # the CPU seconds it took, user and system, into cpu.txt
+  { time "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
+    -max_len="$(max_len "$t")" -artifact_prefix="$work/artifacts/" -print_final_stats=1 "${dict[@]}" \
+    "$work/corpus" "fuzz/corpus/$t" > "$work/log.txt" 2>&1; } 2> "$work/cpu.txt"
 }
 summary() {  # one line of a target's figures from its log
   local t=$1 rc=$2 log=$BUILD/run/$1/log.txt
-  local execs cov ft corp rss
+  local execs cov ft corp rss cpu
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  cpu=$(awk 'NF == 2 { printf "%.0f", $1 + $2 }' "$BUILD/run/$1/cpu.txt" 2>/dev/null)
   rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   corp=$(grep -o 'corp: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-  printf '%-18s %-8s %12s %8s %8s %8s %8s\n' "$t" "$([ "$rc" = 0 ] && echo ok || echo FAILED)" \
-    "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "${rss:-?}"
+  printf '%-18s %-8s %12s %8s %8s %8s %8s %8s\n' "$t" "$([ "$rc" = 0 ] && echo ok || echo FAILED)" \
+    "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "${rss:-?}" "${cpu:-?}"
 }
 echo "fuzz: $(echo $TARGETS | wc -w) targets, ${SECS} s each, $JOBS at a time (logs: build-fuzz/run/<target>/log.txt)" >&2
 declare -A RC
@@ -120,7 +122,7 @@ while [ ${#pending[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
   running=("${still[@]}")
 done
 
-printf '%-18s %-8s %12s %8s %8s %8s %8s\n' target result executions cov ft corpus rss_mb
+printf '%-18s %-8s %12s %8s %8s %8s %8s %8s\n' target result executions cov ft corpus rss_mb cpu_s
 failed=0
 for t in $TARGETS; do
   summary "$t" "${RC[$t]}"
