@@ -94,18 +94,26 @@ T metadata_json(const SafetensorsFile& file, const std::string& path, const std:
   }
 }
 
+// "missing a, b, c, d, e, ... (12 in all)": a kind of problem with its first names.
+std::string listed(const char* kind, const std::vector<std::string>& names) {
+  std::string out = kind;
+  for (size_t k = 0; k < names.size() && k < 5; ++k) out += (k ? ", " : " ") + names[k];
+  if (names.size() > 5) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
 // Copies every tensor of `file` into the parameter or buffer of the same name; nothing may be missing,
 // left over or of another shape.
 void copy_exactly(torch::nn::Module& model, const SafetensorsFile& file, const std::string& path) {
   std::map<std::string, torch::Tensor> source(file.tensors.begin(), file.tensors.end());
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;
-  std::string problems;
+  std::vector<std::string> missing, reshaped, unexpected;
   auto take = [&](const std::string& key, const torch::Tensor& dst) {
     auto it = source.find(key);
     if (it == source.end()) {
-      problems += " missing " + key + ";";
+      missing.push_back(key);
     } else if (it->second.sizes() != dst.sizes()) {
-      problems += " " + key + " has another shape;";
+      reshaped.push_back(key);
     } else {
       copies.emplace_back(dst, it->second);
     }
@@ -113,9 +121,14 @@ void copy_exactly(torch::nn::Module& model, const SafetensorsFile& file, const s
   };
   for (const auto& kv : model.named_parameters()) take(kv.key(), kv.value());
   for (const auto& kv : model.named_buffers()) take(kv.key(), kv.value());
-  for (const auto& kv : source) problems += " unexpected " + kv.first + ";";
-  RANZCR_CHECK(problems.empty(), path, ": the weights do not fit the model its metadata names:",
-               problems.substr(0, problems.size() - 1));
+  for (const auto& kv : source) unexpected.push_back(kv.first);
+  std::string problems;
+  for (const auto& [kind, names] :
+       {std::pair<const char*, const std::vector<std::string>*>{"missing", &missing},
+        {"of another shape:", &reshaped},
+        {"unexpected", &unexpected}})
+    if (!names->empty()) problems += (problems.empty() ? "" : "; ") + listed(kind, *names);
+  RANZCR_CHECK(problems.empty(), path, ": the weights do not fit the model its metadata names: ", problems);
   torch::NoGradGuard no_grad;
   for (auto& [dst, src] : copies) dst.copy_(src.to(dst.scalar_type()));
 }
