@@ -15,9 +15,9 @@
 namespace ranzcr::detail {
 
 // Messages quote names and values from files: control characters there (a newline in a YAML key or a
-// safetensors name) are escaped, so that a message stays one line, and a message stops at 2000 bytes.
+// safetensors name) are escaped, so that a message stays one line, and a message stops at 4000 bytes.
 [[noreturn]] inline void throw_user_error(const std::string& message) {
-  throw std::runtime_error(printable(message, 2000));
+  throw std::runtime_error(printable(message, 4000));
 }
 
 }  // namespace ranzcr::detail

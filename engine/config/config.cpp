@@ -252,7 +252,7 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   try {
     return parse_tree(root, Source{origin, {}}, overrides);
   } catch (const std::runtime_error& e) {  // its messages quote keys and values of the file: one line each
-    throw std::runtime_error(printable(e.what(), 2000));
+    throw std::runtime_error(printable(e.what(), 4000));
   }
 }
 
