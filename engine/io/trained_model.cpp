@@ -61,7 +61,13 @@ TrainedModel from_checkpoint(const std::string& path, const torch::Device& devic
   const CheckpointMeta& meta = reader.meta();
   TrainedModel out;
   out.info.path = path;
-  out.info.model = parse_config(meta.config_yaml, path + " (embedded config)").model;
+  try {
+    out.info.model = parse_config(meta.config_yaml, path + " (embedded config)").model;
+  } catch (const std::runtime_error& e) {  // not every config error names its origin
+    const std::string what = e.what();
+    if (what.find(path) != std::string::npos) throw;
+    RANZCR_FAIL(path, ": its embedded config: ", what);
+  }
   out.info.model.name = meta.model_name;
   out.info.model.pretrained.clear();
   out.info.label_names = meta.label_names;
