@@ -70,9 +70,12 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 if [ ${#REPLAY[@]} -gt 0 ]; then
+  # Files only: given a folder, libFuzzer would fuzz with it as its corpus (and write into it).
+  mapfile -t files < <(find "${REPLAY[@]}" -type f | sort)
+  [ ${#files[@]} -gt 0 ] || die "no input files in ${REPLAY[*]}"
   for t in $TARGETS; do
-    echo "fuzz: $t over ${REPLAY[*]}" >&2
-    "$BUILD/fuzz/fuzz_$t" -rss_limit_mb=2048 -timeout=10 "${REPLAY[@]}"
+    echo "fuzz: $t over ${#files[@]} inputs" >&2
+    "$BUILD/fuzz/fuzz_$t" -rss_limit_mb=2048 -timeout=10 "${files[@]}"
   done
   exit 0
 fi
