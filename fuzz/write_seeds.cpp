@@ -11,13 +11,9 @@
 #include "engine/io/checkpoint.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/trained_model.h"
+#include "fuzz/micro_model.h"
 
 namespace {
-
-struct Micro : torch::nn::Module {
-  Micro() { fc = register_module("fc", torch::nn::Linear(2, 3)); }
-  torch::nn::Linear fc{nullptr};
-};
 
 std::vector<std::string> labels() {
   std::vector<std::string> names;
@@ -36,7 +32,7 @@ int main(int argc, char** argv) {
   const std::string out = argv[1];
   std::filesystem::create_directories(out);
   torch::manual_seed(0);
-  Micro model, ema;
+  fuzz::MicroModel model, ema;
   torch::optim::AdamW optimizer(model.parameters(), torch::optim::AdamWOptions(1e-3));
   model.fc->forward(torch::ones({4, 2})).sum().backward();
   optimizer.step();

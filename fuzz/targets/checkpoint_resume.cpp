@@ -2,21 +2,12 @@
 // weights, the optimizer (AdamW) state and the random generator states restored, as Trainer::resume does.
 // The model is a 2 -> 3 linear layer whatever the checkpoint names, as in the seeds (fuzz_write_seeds):
 // a real model's checkpoint is megabytes, too large to fuzz; restoring is the same code for any module.
-#include <torch/nn/modules/linear.h>
 #include <torch/optim/adamw.h>
 
 #include "engine/io/checkpoint.h"
 #include "engine/runtime/random_state.h"
 #include "fuzz/fuzz_util.h"
-
-namespace {
-
-struct Micro : torch::nn::Module {
-  Micro() { fc = register_module("fc", torch::nn::Linear(2, 3)); }
-  torch::nn::Linear fc{nullptr};
-};
-
-}  // namespace
+#include "fuzz/micro_model.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ranzcr;
@@ -25,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       [&] {
         CheckpointReader reader(path, torch::kCPU);
         const CheckpointMeta& meta = reader.meta();
-        Micro model, ema;
+        fuzz::MicroModel model, ema;
         torch::optim::AdamW optimizer(model.parameters(), torch::optim::AdamWOptions(1e-3));
         reader.restore(model, nullptr);
         if (reader.has_ema()) reader.restore_ema(ema);

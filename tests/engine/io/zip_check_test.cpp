@@ -215,6 +215,15 @@ std::vector<ZipEntry> minimal_entries(const std::string& version = "3\n") {
           stored("archive/data/0", std::string(16, '\x01')), stored("archive/version", version)};
 }
 
+// minimal_entries() with zip64 extra fields and zip64 end records.
+std::string minimal_zip64_archive() {
+  auto entries = minimal_entries();
+  for (ZipEntry& e : entries) e.zip64 = true;
+  ZipOptions zip64_end;
+  zip64_end.zip64_end = true;
+  return make_zip(entries, zip64_end);
+}
+
 // ---- checking errors ----
 
 std::string error_of(const std::string& bytes) {
@@ -291,11 +300,7 @@ TEST(ZipCheck, AcceptsDeflatedCodeAsTorchJitSaveWritesIt) {
 }
 
 TEST(ZipCheck, AcceptsZip64ArchivesAndLibTorchReadsThem) {
-  auto entries = minimal_entries();
-  for (ZipEntry& e : entries) e.zip64 = true;
-  ZipOptions zip64_end;
-  zip64_end.zip64_end = true;
-  const std::string bytes = make_zip(entries, zip64_end);
+  const std::string bytes = minimal_zip64_archive();
   EXPECT_NO_THROW(check_torch_zip(bytes, kWhat)) << error_of(bytes);
   std::istringstream in(bytes);
   caffe2::serialize::PyTorchStreamReader reader(&in);
@@ -490,11 +495,7 @@ TEST(ZipCheck, RefusesNamesOutsideAFolder) {
 }
 
 TEST(ZipCheck, RefusesBrokenZip64Records) {
-  auto entries = minimal_entries();
-  for (ZipEntry& e : entries) e.zip64 = true;
-  ZipOptions zip64_end;
-  zip64_end.zip64_end = true;
-  const std::string good = make_zip(entries, zip64_end);
+  const std::string good = minimal_zip64_archive();
   const size_t locator_at = end_record_at(good) - 20;
   std::string bytes = good;
   patch(bytes, locator_at + 8, good.size(), 8);
@@ -532,14 +533,10 @@ TEST(ZipCheck, RefusesRandomGarbage) {
 // What we accept, LibTorch opens: flip bytes of real archives at random and compare.
 TEST(ZipCheck, WhatItAcceptsLibTorchOpens) {
   std::mt19937 rng(42);
-  auto zip64_entries = minimal_entries();
-  for (ZipEntry& e : zip64_entries) e.zip64 = true;
-  ZipOptions zip64_end;
-  zip64_end.zip64_end = true;
   auto with_deflated = minimal_entries();
   with_deflated.push_back(deflated("archive/code/x.py", "def forward(self):\n    return 1\n"));
   const std::vector<std::string> archives = {torch_archive(), torch_archive(7, std::string(2000, 'c')),
-                                             make_zip(zip64_entries, zip64_end), make_zip(with_deflated)};
+                                             minimal_zip64_archive(), make_zip(with_deflated)};
   int accepted = 0;
   for (int i = 0; i < 3000; ++i) {
     std::string bytes = archives[i % archives.size()];
