@@ -23,6 +23,7 @@
 #include <stdexcept>
 
 #include "data/dicom_check.h"
+#include "data/printable.h"
 
 namespace gdcm {
 // The longest value GDCM's ByteValue::SetLength allocates on this thread (scripts/gdcm-patches/
@@ -39,8 +40,9 @@ const gdcm::Tag kPixelData(0x7fe0, 0x0010), kNumberOfFrames(0x0028, 0x0008), kSo
     kLutDescriptor(0x0028, 0x3002), kLutData(0x0028, 0x3006), kRescaleIntercept(0x0028, 0x1052),
     kRescaleSlope(0x0028, 0x1053);
 
+// `what` quotes values from the file (a SOP class UID, a Number of Frames, ...): escaped and cut to one line.
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
-  throw std::runtime_error("DICOM file " + name + ": " + what);
+  throw std::runtime_error("DICOM file " + name + ": " + printable(what, 1000));
 }
 
 // GDCM reports problems on stderr by default; ours go into one error line instead.
