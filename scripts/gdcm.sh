@@ -109,7 +109,7 @@ GDCM_OFF="GDCM_BUILD_SHARED_LIBS GDCM_USE_SYSTEM_ZLIB GDCM_USE_SYSTEM_OPENSSL GD
   GDCM_BUILD_APPLICATIONS GDCM_BUILD_TESTING GDCM_BUILD_EXAMPLES GDCM_DOCUMENTATION"
 
 # The build recipe: a finished install whose stamp names another one is rebuilt.
-GDCM_RECIPE="recipe 9: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, patches jpegls_leaks j2k_leaks value_length_cap raw_short_data jpeg_no_codec rle_segments meta_value_leak"
+GDCM_RECIPE="recipe 10: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, patches jpegls_leaks j2k_leaks value_length_cap raw_short_data jpeg_no_codec rle_segments meta_value_leak jpegls_stream_size"
 gdcm_done() { # gdcm_done PREFIX: a finished install of this recipe
   [ -f "$1/lib/cmake/gdcm-3.0/GDCMConfig.cmake" ] && grep -qsF "$GDCM_RECIPE" "$1/.stamps/gdcm"
 }
@@ -163,6 +163,8 @@ gdcm_unpack() {
 #                        (a read far past them): more than 15 segments fails the read
 #   meta_value_leak.pl   the file meta reader leaked its element's value where reading it failed (a short
 #                        stream, or value_length_cap.pl's cap): held by a SmartPointer instead
+#   jpegls_stream_size.pl the JPEG-LS codec sized its output from the stream's header in int (overflowing)
+#                        and leaked its copy of the stream when that threw: checked against the image
 # Each patch marks the file it changed (a "ranzcr-cpp:" line); the count of its changes is checked.
 gdcm_patch_one() { # gdcm_patch_one FILE PATCH MARK EXPECTED: apply PATCH once; EXPECTED lines hold MARK after
   local f=$1 pl=$GDCM_ROOT/scripts/gdcm-patches/$2
@@ -181,6 +183,7 @@ gdcm_patch() {
   gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEGCodec.cxx" jpeg_no_codec.pl 'ranzcr-cpp: no codec' 4
   gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmRLECodec.cxx" rle_segments.pl 'ranzcr-cpp: segment count' 1
   gdcm_patch_one "$s/DataStructureAndEncodingDefinition/gdcmFileMetaInformation.cxx" meta_value_leak.pl 'ranzcr-cpp: freed on every return' 2
+  gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEGLSCodec.cxx" jpegls_stream_size.pl 'ranzcr-cpp: stream size' 4
 }
 
 # gdcm_check_clashes PREFIX LIBRARY...: GDCM's static libraries in PREFIX against the libraries a program
