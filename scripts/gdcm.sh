@@ -109,7 +109,7 @@ GDCM_OFF="GDCM_BUILD_SHARED_LIBS GDCM_USE_SYSTEM_ZLIB GDCM_USE_SYSTEM_OPENSSL GD
   GDCM_BUILD_APPLICATIONS GDCM_BUILD_TESTING GDCM_BUILD_EXAMPLES GDCM_DOCUMENTATION"
 
 # The build recipe: a finished install whose stamp names another one is rebuilt.
-GDCM_RECIPE="recipe 10: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, patches jpegls_leaks j2k_leaks value_length_cap raw_short_data jpeg_no_codec rle_segments meta_value_leak jpegls_stream_size"
+GDCM_RECIPE="recipe 11: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, patches jpegls_leaks j2k_leaks value_length_cap raw_short_data jpeg_no_codec rle_segments meta_value_leak jpegls_stream_size jpeg_decompressor_leak"
 gdcm_done() { # gdcm_done PREFIX: a finished install of this recipe
   [ -f "$1/lib/cmake/gdcm-3.0/GDCMConfig.cmake" ] && grep -qsF "$GDCM_RECIPE" "$1/.stamps/gdcm"
 }
@@ -165,6 +165,8 @@ gdcm_unpack() {
 #                        stream, or value_length_cap.pl's cap): held by a SmartPointer instead
 #   jpegls_stream_size.pl the JPEG-LS codec sized its output from the stream's header in int (overflowing)
 #                        and leaked its copy of the stream when that threw: checked against the image
+#   jpeg_decompressor_leak.pl the IJG codecs returned false without destroying their decompressor (its
+#                        memory pools leaked): the destructor and each new read destroy it
 # Each patch marks the file it changed (a "ranzcr-cpp:" line); the count of its changes is checked.
 gdcm_patch_one() { # gdcm_patch_one FILE PATCH MARK EXPECTED: apply PATCH once; EXPECTED lines hold MARK after
   local f=$1 pl=$GDCM_ROOT/scripts/gdcm-patches/$2
@@ -184,6 +186,7 @@ gdcm_patch() {
   gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmRLECodec.cxx" rle_segments.pl 'ranzcr-cpp: segment count' 1
   gdcm_patch_one "$s/DataStructureAndEncodingDefinition/gdcmFileMetaInformation.cxx" meta_value_leak.pl 'ranzcr-cpp: freed on every return' 2
   gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEGLSCodec.cxx" jpegls_stream_size.pl 'ranzcr-cpp: stream size' 4
+  gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEGBITSCodec.hxx" jpeg_decompressor_leak.pl 'ranzcr-cpp: a decompressor left' 3
 }
 
 # gdcm_check_clashes PREFIX LIBRARY...: GDCM's static libraries in PREFIX against the libraries a program

@@ -247,7 +247,8 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   try {
     root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
-    throw std::runtime_error(origin + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+    throw std::runtime_error(origin + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " +
+                             printable(e.msg, 400));  // yaml-cpp quotes the bad character
   }
   try {
     return parse_tree(root, Source{origin, {}}, overrides);
