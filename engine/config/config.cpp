@@ -2,7 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -107,6 +109,18 @@ std::vector<std::string> split_dots(const std::string& key) {
   std::string part;
   while (std::getline(ss, part, '.')) parts.push_back(part);
   return parts;
+}
+
+// A string value with a control character (a carriage return, a tab, ...) is refused: no path or name holds
+// one, and the run folder's config.yaml could not write it so that it reads back the same.
+void check_printable(const std::string& key, const std::string& value, const std::string& where) {
+  const auto bad = std::find_if(value.begin(), value.end(),
+                                [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (bad == value.end()) return;
+  char code[8];
+  std::snprintf(code, sizeof code, "\\x%02x", static_cast<unsigned char>(*bad));
+  throw std::runtime_error("config key '" + key + "' at " + where + ": holds a control character (" + code +
+                           "), expected printable text");
 }
 
 template <class T>
@@ -226,6 +240,9 @@ Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& o
         }
       } else {
         field = node.as<T>();
+        if constexpr (std::is_same_v<T, std::string>) check_printable(key, field, src.where(key, node));
+        if constexpr (std::is_same_v<T, std::vector<std::string>>)
+          for (const std::string& item : field) check_printable(key, item, src.where(key, node));
       }
     } catch (const YAML::Exception&) {
       std::string got = node.IsScalar()     ? "'" + node.Scalar() + "'"

@@ -36,6 +36,19 @@ TEST(Config, UnknownKeyNamesTheKeyAndLine) {
   EXPECT_NE(error_of("train: 3\n").find("'train' at cfg.yaml:1: expected a section"), std::string::npos);
 }
 
+TEST(Config, ControlCharactersInStringsAreRefused) {
+  // A carriage return before the line's end would not survive the run folder's config.yaml.
+  const std::string e = error_of("data:\n  root: \"ds\\r\"\n");
+  EXPECT_EQ(
+      e, "config key 'data.root' at cfg.yaml:2: holds a control character (\\x0d), expected printable text");
+  EXPECT_NE(error_of("model:\n  name: \"a\\tb\"\n")
+                .find("'model.name' at cfg.yaml:2: holds a control character (\\x09)"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"data.root=\"x\\ny\""}).find("holds a control character (\\x0a)"),
+            std::string::npos);
+  EXPECT_EQ(parse_config("data:\n  root: \"datasets/é x\"\n", "x").data.root, "datasets/é x");
+}
+
 TEST(Config, WrongTypeNamesTheKeyLineAndExpectation) {
   const std::string e = error_of("train:\n  epochs: many\n");
   EXPECT_NE(e.find("config key 'train.epochs' at cfg.yaml:2: expected an integer, got 'many'"),
