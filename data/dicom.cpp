@@ -370,15 +370,20 @@ bool has_dicom_extension(const std::string& path) {
 namespace {
 
 // gdcm::ranzcr_max_value_length (scripts/gdcm-patches/value_length_cap.pl) for this thread while a file
-// is parsed: GDCM refuses any value longer than the file can hold. Lifted before the pixel data is
-// decoded, whose output may be larger than the file.
+// is parsed: GDCM refuses any value longer than the file can hold. Lifted while the pixel data is
+// decoded, whose output may be larger than the file, and restored after it: GDCM parses a LUT sequence it
+// kept as bytes only when asked for it (GetValueAsSQ).
 class ValueLengthCap {
  public:
-  explicit ValueLengthCap(unsigned long long n) { gdcm::ranzcr_max_value_length = n; }
+  explicit ValueLengthCap(unsigned long long n) : n_(n) { restore(); }
   ~ValueLengthCap() { lift(); }
   void lift() { gdcm::ranzcr_max_value_length = ~0ULL; }
+  void restore() { gdcm::ranzcr_max_value_length = n_; }
   ValueLengthCap(const ValueLengthCap&) = delete;
   ValueLengthCap& operator=(const ValueLengthCap&) = delete;
+
+ private:
+  unsigned long long n_;
 };
 
 cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window) {
@@ -418,6 +423,7 @@ cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name,
   check_not_truncated(reader.GetFile(), in.str().size(), name);
   cap.lift();
   cv::Mat values = stored_values(image, name);
+  cap.restore();
   const bool signed_pixels = image.GetPixelFormat().GetPixelRepresentation() == 1;
   const std::optional<gdcm::DataSet> modality_lut = first_item(ds, kModalityLutSequence);
   if (modality_lut)
