@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -117,10 +116,8 @@ void check_printable(const std::string& key, const std::string& value, const std
   const auto bad = std::find_if(value.begin(), value.end(),
                                 [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
   if (bad == value.end()) return;
-  char code[8];
-  std::snprintf(code, sizeof code, "\\x%02x", static_cast<unsigned char>(*bad));
-  throw std::runtime_error("config key '" + key + "' at " + where + ": holds a control character (" + code +
-                           "), expected printable text");
+  throw std::runtime_error("config key '" + key + "' at " + where + ": holds a control character (" +
+                           printable(std::string(1, *bad)) + "), expected printable text");
 }
 
 template <class T>
