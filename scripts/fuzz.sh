@@ -4,10 +4,11 @@
 # leaks, takes over 10 s for one input, needs over 2 GiB, or breaks the one-line-error promise (see
 # fuzz/fuzz_util.h); the input that did it is kept under build-fuzz/run/<target>/artifacts/.
 #   scripts/fuzz.sh                       # every target, 60 s each, as many at once as there are cores
-#   scripts/fuzz.sh --seconds 30          # CI's short pass
+#   scripts/fuzz.sh --seconds 30 --seed 1 # CI's short pass: a fixed seed, so a finding repeats on a rerun
 #   scripts/fuzz.sh --seconds 1800 --targets torch_pickle,csv --jobs 2
 #   scripts/fuzz.sh --build-only          # build, run nothing
 #   scripts/fuzz.sh --replay FILE|DIR...  # run the targets' programs once over inputs (no fuzzing)
+#   --seed N: libFuzzer's random seed for every target (default: a new one each run, named when one fails)
 # The inputs found while fuzzing stay in build-fuzz/run/<target>/corpus (seeds of the next run there); the
 # checked-in corpus (fuzz/corpus/) is never written. Needs what scripts/setup.sh sets up (it runs it), plus
 # Debian's clang-14 and libclang-rt-14-dev (installed when missing, like setup.sh's packages).
@@ -20,6 +21,7 @@ SECS=60
 JOBS=$(nproc)
 TARGETS=$ALL_TARGETS
 BUILD_ONLY=0
+SEED=0
 REPLAY=()
 die() {
   echo "error: $*" >&2
@@ -30,6 +32,7 @@ while [ $# -gt 0 ]; do
     --seconds) SECS=${2:?--seconds needs a number}; shift 2 ;;
     --jobs) JOBS=${2:?--jobs needs a number}; shift 2 ;;
     --targets) TARGETS=${2//,/ }; shift 2 ;;
+    --seed) SEED=${2:?--seed needs a number}; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
     --replay) shift; REPLAY=("$@"); break ;;
     -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
 done
 [[ "$SECS" =~ ^[0-9]+$ && "$SECS" -gt 0 ]] || die "--seconds must be a whole number of seconds > 0, got '$SECS'"
 [[ "$JOBS" =~ ^[0-9]+$ && "$JOBS" -gt 0 ]] || die "--jobs must be a whole number > 0, got '$JOBS'"
+[[ "$SEED" =~ ^[0-9]+$ && "$SEED" -lt 4294967296 ]] || die "--seed must be a whole number below 2^32, got '$SEED'"
 for t in $TARGETS; do
   [[ " $ALL_TARGETS " == *" $t "* ]] || die "unknown target '$t' (targets: $ALL_TARGETS)"
 done
@@ -89,7 +93,7 @@ run_target() {
   [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="fuzz/dict/$t.dict")
   local TIMEFORMAT='%U %S'  # the CPU seconds it took, user and system, into cpu.txt
   { time "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
-    -max_len="$(max_len "$t")" -artifact_prefix="$work/artifacts/" -print_final_stats=1 "${dict[@]}" \
+    -max_len="$(max_len "$t")" -artifact_prefix="$work/artifacts/" -print_final_stats=1 -seed="$SEED" "${dict[@]}" \
     "$work/corpus" "fuzz/corpus/$t" > "$work/log.txt" 2>&1; } 2> "$work/cpu.txt"
 }
 summary() {  # one line of a target's figures from its log
@@ -134,7 +138,9 @@ done
 if [ "$failed" = 1 ]; then
   for t in $TARGETS; do
     [ "${RC[$t]}" = 0 ] && continue
-    echo "---- $t: the end of build-fuzz/run/$t/log.txt (inputs kept in build-fuzz/run/$t/artifacts/) ----" >&2
+    seed=$(sed -n 's/^INFO: Seed: //p' "$BUILD/run/$t/log.txt" | head -1)
+    echo "---- $t: the end of build-fuzz/run/$t/log.txt (inputs kept in build-fuzz/run/$t/artifacts/;" \
+      "seed ${seed:-?}: on a fresh clone, scripts/fuzz.sh --targets $t --seconds $SECS --seed ${seed:-?} takes the same path) ----" >&2
     tail -n 40 "$BUILD/run/$t/log.txt" >&2
   done
   die "fuzzing found a problem (above)"
