@@ -4,11 +4,12 @@
 # leaks, takes over 10 s for one input, needs over 2 GiB, or breaks the one-line-error promise (see
 # fuzz/fuzz_util.h); the input that did it is kept under build-fuzz/run/<target>/artifacts/.
 #   scripts/fuzz.sh                       # every target, 60 s each, as many at once as there are cores
-#   scripts/fuzz.sh --seconds 30 --seed 1 # CI's short pass: a fixed seed, so a finding repeats on a rerun
+#   scripts/fuzz.sh --seconds 30          # CI's short pass
 #   scripts/fuzz.sh --seconds 1800 --targets torch_pickle,csv --jobs 2
 #   scripts/fuzz.sh --build-only          # build, run nothing
 #   scripts/fuzz.sh --replay FILE|DIR...  # run the targets' programs once over inputs (no fuzzing)
-#   --seed N: libFuzzer's random seed for every target (default: a new one each run, named when one fails)
+#   --seed N: libFuzzer's seed for every target (default: a new one each run, named when a target fails; the
+#             same seed does not promise the same path: a seed-1 pass found on one clone what it missed on another)
 # The inputs found while fuzzing stay in build-fuzz/run/<target>/corpus (seeds of the next run there); the
 # checked-in corpus (fuzz/corpus/) is never written. Needs what scripts/setup.sh sets up (it runs it), plus
 # Debian's clang-14 and libclang-rt-14-dev (installed when missing, like setup.sh's packages).
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
     --seed) SEED=${2:?--seed needs a number}; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
     --replay) shift; REPLAY=("$@"); break ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see scripts/fuzz.sh --help)" ;;
   esac
 done
@@ -140,7 +141,7 @@ if [ "$failed" = 1 ]; then
     [ "${RC[$t]}" = 0 ] && continue
     seed=$(sed -n 's/^INFO: Seed: //p' "$BUILD/run/$t/log.txt" | head -1)
     echo "---- $t: the end of build-fuzz/run/$t/log.txt (inputs kept in build-fuzz/run/$t/artifacts/;" \
-      "seed ${seed:-?}: on a fresh clone, scripts/fuzz.sh --targets $t --seconds $SECS --seed ${seed:-?} takes the same path) ----" >&2
+      "seed ${seed:-?}) ----" >&2
     tail -n 40 "$BUILD/run/$t/log.txt" >&2
   done
   die "fuzzing found a problem (above)"
