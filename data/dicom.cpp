@@ -23,6 +23,7 @@
 #include <stdexcept>
 
 #include "data/dicom_check.h"
+#include "data/pixel_budget.h"
 #include "data/printable.h"
 
 namespace gdcm {
@@ -193,14 +194,13 @@ void check_not_truncated(const gdcm::File& file, size_t file_size, const std::st
 }
 
 // The stored values as CV_32FC1, masked to Bits Stored and sign-extended when signed. 1-bit images are
-// unpacked (least significant bit first).
-cv::Mat stored_values(const gdcm::Image& image, const std::string& name) {
+// unpacked (least significant bit first). Compressed pixel data is decoded into buffers sized by the header,
+// so the header's size is checked against the file's (pixel_budget.h) before GDCM or we allocate them.
+cv::Mat stored_values(const gdcm::Image& image, size_t file_size, const std::string& name) {
   const unsigned int* dims = image.GetDimensions();
+  const std::string problem = pixel_count_problem(dims[0], dims[1], file_size);
+  if (!problem.empty()) fail(name, problem);
   const int cols = static_cast<int>(dims[0]), rows = static_cast<int>(dims[1]);
-  constexpr int64_t kMaxPixels = int64_t{1} << 28;  // 16384 x 16384
-  if (rows <= 0 || cols <= 0 || static_cast<int64_t>(rows) * cols > kMaxPixels)
-    fail(name, "is " + std::to_string(dims[1]) + " x " + std::to_string(dims[0]) +
-                   " pixels, expected 1 to 268 million (16384 x 16384)");
   const gdcm::PixelFormat pf = image.GetPixelFormat();
   const int allocated = pf.GetBitsAllocated(), stored = pf.GetBitsStored();
   const bool is_signed = pf.GetPixelRepresentation() == 1;
@@ -422,7 +422,7 @@ cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name,
                    " samples per pixel, expected 1 (greyscale)");
   check_not_truncated(reader.GetFile(), in.str().size(), name);
   cap.lift();
-  cv::Mat values = stored_values(image, name);
+  cv::Mat values = stored_values(image, bytes.size(), name);
   cap.restore();
   const bool signed_pixels = image.GetPixelFormat().GetPixelRepresentation() == 1;
   const std::optional<gdcm::DataSet> modality_lut = first_item(ds, kModalityLutSequence);

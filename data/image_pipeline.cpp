@@ -1,6 +1,7 @@
 #include "data/image_pipeline.h"
 
 #include "data/dicom.h"
+#include "data/pixel_budget.h"
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
@@ -64,13 +65,9 @@ bool png_size(const std::vector<uchar>& b, int64_t* width, int64_t* height) {
   return true;
 }
 
-// The decoders' pixel budget, as for DICOM: a small file must not make OpenCV allocate gigabytes.
-constexpr int64_t kMaxPixels = int64_t{1} << 28;  // 16384 x 16384
-
-void check_pixel_count(int64_t width, int64_t height, const std::string& path) {
-  if (width <= 0 || height <= 0 || width > kMaxPixels / height)  // width * height could overflow
-    throw std::runtime_error("image " + path + " declares " + std::to_string(width) + " x " +
-                             std::to_string(height) + " pixels, expected 1 to 268 million (16384 x 16384)");
+void check_pixel_count(int64_t width, int64_t height, size_t file_size, const std::string& path) {
+  const std::string problem = pixel_count_problem(width, height, file_size);
+  if (!problem.empty()) throw std::runtime_error("image " + path + " " + problem);
 }
 
 // A complete JPEG ends with the EOI marker (possibly followed by padding bytes).
@@ -114,7 +111,7 @@ cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* ori
   if (is_jpeg(buf)) {
     if (!jpeg_size(buf, &w, &h) || !jpeg_complete(buf))
       throw std::runtime_error("corrupt or truncated JPEG " + path);
-    check_pixel_count(w, h, path);
+    check_pixel_count(w, h, buf.size(), path);
     const int side = std::min(w, h);
     if (side >= 8 * target_size)
       flags = cv::IMREAD_REDUCED_GRAYSCALE_8;
@@ -125,7 +122,7 @@ cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* ori
   } else if (is_png(buf)) {
     int64_t pw = 0, ph = 0;
     if (!png_size(buf, &pw, &ph)) throw std::runtime_error("corrupt PNG " + path + " (no IHDR chunk first)");
-    check_pixel_count(pw, ph, path);
+    check_pixel_count(pw, ph, buf.size(), path);
   } else {
     // OpenCV would guess among a dozen other formats (BMP, TIFF, WebP, PNM, ...); the loader reads these.
     throw std::runtime_error("image " + path + " is not a JPEG, PNG or DICOM file");
