@@ -459,9 +459,9 @@ cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string&
   } catch (const char* what) {  // GDCM throws C strings in places
     fail(name, std::string("GDCM failed: ") + what);
   } catch (const std::string& what) {  // gdcmAssertAlwaysMacro: "Assert: In FILE, line N, function ..."
-    std::string where = what.substr(0, what.find(", function"));
-    where = where.substr(where.rfind('/') == std::string::npos ? 0 : where.rfind('/') + 1);
-    fail(name, "GDCM failed one of its own checks (" + where + ")");
+    const std::string where = what.substr(0, what.find(", function"));
+    const size_t slash = where.rfind('/');  // npos + 1 == 0: no folder
+    fail(name, "GDCM failed one of its own checks (" + where.substr(slash + 1) + ")");
   }
 }
 
