@@ -39,7 +39,7 @@ const gdcm::Tag kPixelData(0x7fe0, 0x0010), kNumberOfFrames(0x0028, 0x0008), kSo
     kPhotometric(0x0028, 0x0004), kWindowCenter(0x0028, 0x1050), kWindowWidth(0x0028, 0x1051),
     kVoiFunction(0x0028, 0x1056), kVoiLutSequence(0x0028, 0x3010), kModalityLutSequence(0x0028, 0x3000),
     kLutDescriptor(0x0028, 0x3002), kLutData(0x0028, 0x3006), kRescaleIntercept(0x0028, 0x1052),
-    kRescaleSlope(0x0028, 0x1053);
+    kRescaleSlope(0x0028, 0x1053), kRows(0x0028, 0x0010), kColumns(0x0028, 0x0011);
 
 // `what` quotes values from the file (a SOP class UID, a Number of Frames, ...): escaped and cut to one line.
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
@@ -68,6 +68,29 @@ std::string text(const gdcm::DataSet& ds, const gdcm::Tag& tag) {
   if (!ds.FindDataElement(tag)) return "";
   const gdcm::ByteValue* bv = ds.GetDataElement(tag).GetByteValue();
   return bv ? trim(std::string(bv->GetPointer(), bv->GetLength())) : "";
+}
+
+// A US element's one value (GDCM has swapped a big-endian file's to host order), -1 when absent or not 2
+// bytes.
+int us_value(const gdcm::DataSet& ds, const gdcm::Tag& tag) {
+  if (!ds.FindDataElement(tag)) return -1;
+  const gdcm::ByteValue* bv = ds.GetDataElement(tag).GetByteValue();
+  if (!bv || bv->GetLength() != 2) return -1;
+  const auto* b = reinterpret_cast<const unsigned char*>(bv->GetPointer());
+  return b[0] | (b[1] << 8);
+}
+
+// GDCM takes a JPEG stream's size when the header says another (for one vendor's files), and swaps the rows
+// and columns of some ACR-NEMA files; we do not guess which is right: the image must be the header's size.
+void check_header_size(const gdcm::DataSet& ds, const gdcm::Image& image, const std::string& name) {
+  const int rows = us_value(ds, kRows), cols = us_value(ds, kColumns);
+  const unsigned int* dims = image.GetDimensions();
+  if (rows < 0 || cols < 0)
+    fail(name, "has no Rows and Columns of one 16-bit value each, expected the image's size");
+  if (static_cast<unsigned int>(cols) != dims[0] || static_cast<unsigned int>(rows) != dims[1])
+    fail(name, "declares " + std::to_string(cols) + " x " + std::to_string(rows) +
+                   " pixels, but its pixel data is " + std::to_string(dims[0]) + " x " +
+                   std::to_string(dims[1]) + ", expected the same size");
 }
 
 void put_text(gdcm::DataSet& ds, const gdcm::Tag& tag, const gdcm::VR& vr, std::string value) {
@@ -421,6 +444,7 @@ cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name,
     fail(name, "has " + std::to_string(image.GetPixelFormat().GetSamplesPerPixel()) +
                    " samples per pixel, expected 1 (greyscale)");
   check_not_truncated(reader.GetFile(), in.str().size(), name);
+  check_header_size(ds, image, name);
   cap.lift();
   cv::Mat values = stored_values(image, bytes.size(), name);
   cap.restore();
