@@ -109,7 +109,7 @@ GDCM_OFF="GDCM_BUILD_SHARED_LIBS GDCM_USE_SYSTEM_ZLIB GDCM_USE_SYSTEM_OPENSSL GD
   GDCM_BUILD_APPLICATIONS GDCM_BUILD_TESTING GDCM_BUILD_EXAMPLES GDCM_DOCUMENTATION"
 
 # The build recipe: a finished install whose stamp names another one is rebuilt.
-GDCM_RECIPE="recipe 16: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, patches jpegls_leaks j2k_leaks value_length_cap raw_short_data jpeg_no_codec rle_segments meta_value_leak jpegls_stream_size jpeg_decompressor_leak jpeg_codec_dropped short_codec_output j2k_parse_bounds j2k_output_size j2k_output_dims"
+GDCM_RECIPE="recipe 17: Release, static, PIC, hidden visibility, bundled codecs, zlib renamed gdcmzlib_*, patches jpegls_leaks j2k_leaks value_length_cap raw_short_data jpeg_no_codec rle_segments meta_value_leak jpegls_stream_size jpeg_decompressor_leak jpeg_codec_dropped short_codec_output j2k_parse_bounds j2k_output_size j2k_output_dims fragment_assert_leak"
 gdcm_done() { # gdcm_done PREFIX: a finished install of this recipe
   [ -f "$1/lib/cmake/gdcm-3.0/GDCMConfig.cmake" ] && grep -qsF "$GDCM_RECIPE" "$1/.stamps/gdcm"
 }
@@ -177,6 +177,8 @@ gdcm_unpack() {
 #                        image, as large and as deep as the stream says (a heap overflow): must fit
 #   j2k_output_dims.pl   ... and left the part of that output a smaller stream did not cover as the heap's old
 #                        contents (returned as pixels): the stream must fill it exactly
+#   fragment_assert_leak.pl the JPEG 2000 and JPEG-LS codecs leaked their copy of the fragments when copying
+#                        them threw (GDCM's assert on a fragment without a value): freed, then rethrown
 # Each patch marks the file it changed (a "ranzcr-cpp:" line); the count of its changes is checked.
 gdcm_patch_one() { # gdcm_patch_one FILE PATCH MARK EXPECTED: apply PATCH once; EXPECTED lines hold MARK after
   local f=$1 pl=$GDCM_ROOT/scripts/gdcm-patches/$2
@@ -202,6 +204,8 @@ gdcm_patch() {
   gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEG2000Codec.cxx" j2k_parse_bounds.pl 'ranzcr-cpp: bounds' 8
   gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEG2000Codec.cxx" j2k_output_size.pl 'ranzcr-cpp: output size' 3
   gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEG2000Codec.cxx" j2k_output_dims.pl 'ranzcr-cpp: stream dims' 2
+  gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEG2000Codec.cxx" fragment_assert_leak.pl 'ranzcr-cpp: fragment assert' 1
+  gdcm_patch_one "$s/MediaStorageAndFileFormat/gdcmJPEGLSCodec.cxx" fragment_assert_leak.pl 'ranzcr-cpp: fragment assert' 1
 }
 
 # gdcm_check_clashes PREFIX LIBRARY...: GDCM's static libraries in PREFIX against the libraries a program
