@@ -251,16 +251,28 @@ TEST(Dicom, SyntheticKindsDecodeToTheSamePicture) {
   }
 }
 
-TEST(Dicom, BrokenFilesGiveOneLineNamingTheFile) {
-  test::TempDir dir;
+std::string write_bytes(const test::TempDir& dir, const std::string& name,
+                        const std::vector<unsigned char>& b) {
+  std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), b.size());
+  return dir / name;
+}
+
+// A 64 x 64 ramp that write_dicom stored in `syntax` as dir/name, read back.
+std::vector<unsigned char> written_ramp(const test::TempDir& dir, const std::string& name,
+                                        DicomWriteOptions::Syntax syntax) {
   DicomWriteOptions o;
   o.study_uid = "1.2", o.sop_instance_uid = "1.2.1", o.patient_id = "p";
-  o.syntax = DicomWriteOptions::Syntax::kJpegLsLossless;
-  write_dicom(dir / "good.dcm", ramp(64, 64, 0, 3), o);
-  const std::vector<unsigned char> good = read_bytes(dir / "good.dcm");
+  o.syntax = syntax;
+  write_dicom(dir / name, ramp(64, 64, 0, 3), o);
+  return read_bytes(dir / name);
+}
+
+TEST(Dicom, BrokenFilesGiveOneLineNamingTheFile) {
+  test::TempDir dir;
+  const std::vector<unsigned char> good =
+      written_ramp(dir, "good.dcm", DicomWriteOptions::Syntax::kJpegLsLossless);
   auto write_prefix = [&](const std::string& name, size_t n) {
-    std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(good.data()), n);
-    return dir / name;
+    return write_bytes(dir, name, std::vector<unsigned char>(good.begin(), good.begin() + n));
   };
   for (const std::string& path : {write_prefix("trunc.dcm", good.size() - 200), write_prefix("head.dcm", 300),
                                   write_prefix("preamble.dcm", 132)}) {
@@ -290,23 +302,13 @@ std::vector<unsigned char> with_size(std::vector<unsigned char> bytes, uint16_t 
   return bytes;
 }
 
-std::string write_bytes(const test::TempDir& dir, const std::string& name,
-                        const std::vector<unsigned char>& b) {
-  std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), b.size());
-  return dir / name;
-}
-
 // A compressed image is decoded into buffers the header sizes: a file of a few KB declaring 16384 x 16384
 // pixels (a JPEG 2000 one cost 2.5 GB and 74 s in the sanitizer build) is refused before they are allocated.
 TEST(Dicom, SmallFilesCannotDeclareLargeImages) {
   test::TempDir dir;
-  DicomWriteOptions o;
-  o.study_uid = "1.2", o.sop_instance_uid = "1.2.1", o.patient_id = "p";
   using S = DicomWriteOptions::Syntax;
   for (S syntax : {S::kExplicitLittle, S::kRle, S::kJpegLossless, S::kJpegLsLossless, S::kJpeg2000Lossless}) {
-    o.syntax = syntax;
-    write_dicom(dir / "small.dcm", ramp(64, 64, 0, 3), o);
-    const std::vector<unsigned char> small = read_bytes(dir / "small.dcm");
+    const std::vector<unsigned char> small = written_ramp(dir, "small.dcm", syntax);
     const std::string big = write_bytes(dir, "big.dcm", with_size(small, 16384, 16384));
     const std::string free = write_bytes(dir, "free.dcm", with_size(small, 4096, 4096));
     if (syntax == S::kJpegLossless) {  // GDCM takes a JPEG's size from its stream (SOF); we do not guess
@@ -333,11 +335,8 @@ TEST(Dicom, SmallFilesCannotDeclareLargeImages) {
 // match the header (scripts/gdcm-patches/j2k_output_dims.pl).
 TEST(Dicom, JpegTwoThousandStreamMustMatchTheHeader) {
   test::TempDir dir;
-  DicomWriteOptions o;
-  o.study_uid = "1.2", o.sop_instance_uid = "1.2.1", o.patient_id = "p";
-  o.syntax = DicomWriteOptions::Syntax::kJpeg2000Lossless;
-  write_dicom(dir / "good.dcm", ramp(64, 64, 0, 3), o);
-  const std::vector<unsigned char> good = read_bytes(dir / "good.dcm");
+  const std::vector<unsigned char> good =
+      written_ramp(dir, "good.dcm", DicomWriteOptions::Syntax::kJpeg2000Lossless);
   EXPECT_EQ(decode_error(dir / "good.dcm"), "");
   for (const auto& [rows, cols] : {std::pair<uint16_t, uint16_t>{128, 128}, {64, 65}, {65, 64}, {32, 64}}) {
     const std::string path = write_bytes(dir, "bad.dcm", with_size(good, rows, cols));
