@@ -70,14 +70,18 @@ std::string text(const gdcm::DataSet& ds, const gdcm::Tag& tag) {
   return bv ? trim(std::string(bv->GetPointer(), bv->GetLength())) : "";
 }
 
-// A US element's one value (GDCM has swapped a big-endian file's to host order), -1 when absent or not 2
-// bytes.
+// Two bytes in host (little-endian) order: GDCM has swapped a big-endian file's US/SS/OW values.
+uint16_t u16(const char* p) {
+  const auto* b = reinterpret_cast<const unsigned char*>(p);
+  return static_cast<uint16_t>(b[0] | (b[1] << 8));
+}
+
+// A US element's one value, -1 when absent or not 2 bytes.
 int us_value(const gdcm::DataSet& ds, const gdcm::Tag& tag) {
   if (!ds.FindDataElement(tag)) return -1;
   const gdcm::ByteValue* bv = ds.GetDataElement(tag).GetByteValue();
   if (!bv || bv->GetLength() != 2) return -1;
-  const auto* b = reinterpret_cast<const unsigned char*>(bv->GetPointer());
-  return b[0] | (b[1] << 8);
+  return u16(bv->GetPointer());
 }
 
 // GDCM takes a JPEG stream's size when the header says another (for one vendor's files), and swaps the rows
@@ -274,10 +278,6 @@ Lut read_lut(const gdcm::DataSet& item, bool signed_first, const std::string& na
   const gdcm::ByteValue* data =
       item.FindDataElement(kLutData) ? item.GetDataElement(kLutData).GetByteValue() : nullptr;
   if (!desc || desc->GetLength() != 6 || !data) fail(name, "has a LUT without a 3-value descriptor or data");
-  auto u16 = [](const char* p) {
-    const auto* b = reinterpret_cast<const unsigned char*>(p);
-    return static_cast<uint16_t>(b[0] | (b[1] << 8));
-  };
   const char* d = desc->GetPointer();
   Lut lut;
   const size_t entries = u16(d) == 0 ? 65536 : u16(d);
