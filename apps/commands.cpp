@@ -1,6 +1,8 @@
 // The subcommands: each reads its config, then runs a job (job_runner.h) whose body calls the engine.
 #include "apps/commands.h"
 
+#include "hub/http.h"
+
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -241,6 +243,8 @@ std::string version_text() {
   }
   const std::string nccl = nccl_version();
   v << "\nOpenCV " << CV_VERSION << "\nNCCL " << (nccl.empty() ? "not built in" : nccl);
+  const std::string http = hub::http_client_version();
+  v << "\nHub downloads " << (http.empty() ? "not built in (the Hugging Face cache is read only)" : http);
   return v.str();
 }
 

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "apps/hub_weights.h"
 #include "apps/stop_signals.h"
 #include "data/dataset_index.h"
 #include "data/synth.h"
@@ -156,10 +157,16 @@ int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, 
                 : pgo.init_method) +
            ", launcher " + world.launcher +
            (collectives->transport().empty() ? "" : ", " + collectives->transport()));
-  if (world.local_rank == 0 && needs_dataset) ensure_dataset(config, log);  // one copy per node
+  // One copy of the data set and the pretrained weights per node: the node's first process makes them
+  // (ours already did, before starting the workers), the others read them once it is done.
+  Config job = config;
+  const bool first = world.local_rank == 0 && world.launcher != "self";
+  if (first && needs_dataset) ensure_dataset(config, log);
+  if (first && needs_dataset) job = with_hub_weights(config, /*network=*/true, log);
   collectives->barrier();
+  if (!first && needs_dataset) job = with_hub_weights(config, /*network=*/false, log);
   install_stop_handlers();
-  const int status = body(config, *collectives, log, device);
+  const int status = body(job, *collectives, log, device);
   collectives->shutdown();
   return status;
 }
@@ -184,9 +191,10 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   if (nproc_here == 1 && plan.nnodes == 1) {  // one process: no process group at all
     const torch::Device device = settle(place(config, WorldInfo{}, env).device);
     if (needs_dataset) ensure_dataset(config, log);
+    const Config job = needs_dataset ? with_hub_weights(config, /*network=*/true, log) : config;
     install_stop_handlers();
     auto collectives = make_local_collectives();
-    return body(config, *collectives, log, device);
+    return body(job, *collectives, log, device);
   }
   // Launcher: check what can be checked once here (one error line, not one per worker), then start
   // this node's workers.
@@ -198,6 +206,7 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   if (needs_dataset) {
     ensure_dataset(config, log);
     load_train_index(config.data, index_options(config.data));
+    with_hub_weights(config, /*network=*/true, log);  // fetched once for this node's workers
   }
   LaunchOptions lo;
   lo.args = argv;

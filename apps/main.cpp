@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "apps/commands.h"
+#include "apps/hub_weights.h"
 
 namespace {
 
@@ -40,6 +41,10 @@ struct Commands {
   ranzcr::PlotArgs plot;
   ranzcr::ExportArgs exp;
   ranzcr::CvArgs cv;
+  struct {
+    std::vector<std::string> names;
+    bool all = false;
+  } fetch;
   std::vector<std::pair<CLI::App*, std::function<int()>>> runs;
 
   void add(CLI::App* sub, std::function<int()> run) { runs.emplace_back(sub, std::move(run)); }
@@ -143,6 +148,12 @@ void add_tools(CLI::App& app, Commands& c) {
 
   auto* m = app.add_subcommand("models", "List the model names");
   c.add(m, [] { return ranzcr::run_models(); });
+  auto* f = app.add_subcommand(
+      "fetch-weights", "Fill the Hugging Face cache with pretrained weights (for hosts without network)");
+  f->add_option("NAME", c.fetch.names,
+                "A zoo model (timm's default ImageNet weights) or hf-hub:ORG/REPO[@REV]");
+  f->add_flag("--all", c.fetch.all, "Every zoo model that timm has weights for");
+  c.add(f, [&c] { return ranzcr::fetch_weights(c.fetch.names, c.fetch.all); });
 }
 
 }  // namespace

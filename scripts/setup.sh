@@ -39,9 +39,16 @@ if [ -n "${RANZCR_BUNDLE:-}" ]; then
   command -v cmake >/dev/null || missing="$missing cmake"
   command -v ninja >/dev/null || missing="$missing ninja-build"
   [ -z "$missing" ] || apt_install $missing
+  # Hub downloads need libcurl's and OpenSSL's headers; a host without them (the offline GPU host) builds a
+  # ranzcr that reads the Hugging Face cache only (fill it elsewhere with `ranzcr fetch-weights`).
+  if ! echo '#include <curl/curl.h>
+#include <openssl/evp.h>' | c++ -E -x c++ - >/dev/null 2>&1; then
+    say "no libcurl or OpenSSL headers here: building without Hub downloads (the Hugging Face cache is read only)"
+    RANZCR_CMAKE_ARGS="${RANZCR_CMAKE_ARGS:-} -DRANZCR_WITH_CURL=OFF"
+  fi
 else
   # dpkg-dev: dpkg-source unpacks GDCM's Debian source package (step 1b).
-  PKGS="build-essential cmake ninja-build pkg-config dpkg-dev python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev"
+  PKGS="build-essential cmake ninja-build pkg-config dpkg-dev python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev"
   missing=""
   for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   [ -z "$missing" ] || apt_install $missing
@@ -105,6 +112,18 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
     say "no timm in .venv (RANZCR_OFFLINE=1 forbids pip): the timm parity test will be skipped"
   elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${TIMM_PIP_SPEC:-timm==1.0.31}" > "$ROOT/.venv/pip-timm.log" 2>&1; then
     say "pip install timm failed (.venv/pip-timm.log): the timm parity test will be skipped"
+  fi
+fi
+
+# The real huggingface_hub client and safetensors, for the tests that share the Hugging Face cache with
+# Python in both directions and serve timm's own save_for_hf output (tests/apps/pretrained_hub_test.cpp);
+# skipped without. Neither pulls a torch.
+if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import huggingface_hub, safetensors' >/dev/null 2>&1; then
+  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
+    say "no huggingface_hub/safetensors in .venv (RANZCR_OFFLINE=1 forbids pip): the Hub cache interop tests will be skipped"
+  elif ! "$ROOT/.venv/bin/pip" install -q ${HUB_PIP_SPECS:-huggingface_hub==2.4.0 safetensors==0.8.0} \
+    > "$ROOT/.venv/pip-hub.log" 2>&1; then
+    say "pip install huggingface_hub/safetensors failed (.venv/pip-hub.log): the Hub cache interop tests will be skipped"
   fi
 fi
 

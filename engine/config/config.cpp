@@ -241,6 +241,7 @@ Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& o
         if constexpr (std::is_same_v<T, std::vector<std::string>>)
           for (const std::string& item : field) check_printable(key, item, src.where(key, node));
       }
+      config.explicit_keys.insert(key);
     } catch (const YAML::Exception&) {
       std::string got = node.IsScalar()     ? "'" + node.Scalar() + "'"
                         : node.IsSequence() ? std::string("a list")

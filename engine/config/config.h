@@ -5,6 +5,7 @@
 #include "data/data_config.h"
 
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -81,7 +82,8 @@ struct ModelConfig {
   std::string name = "resnet18";  // registry name (see `ranzcr models`)
   int in_channels = 1;            // 1 = grayscale input
   double dropout = 0.0;           // dropout before the classifier
-  std::string pretrained;         // timm- or torchvision-named weights to start from ("" = from scratch)
+  std::string pretrained;         // start from: a weights file, timm, hf-hub:ORG/REPO[@REV] ("" = scratch)
+  std::string pretrained_file;    // not a key: the cached file a Hub name resolved to (apps/hub_weights.h)
   std::vector<double> input_mean{
       0.0};  // per channel (or one for all): input = (pixel in [0, 1] - mean) / std
   std::vector<double> input_std{
@@ -143,6 +145,7 @@ struct Config {
   TrainConfig train;
   DistributedConfig distributed;
   OutputConfig output;
+  std::set<std::string> explicit_keys;  // not a config key: the keys the file or --set gave a value
 };
 
 /// Reads a YAML config file, applies `--set key=value` overrides (value parsed as YAML), validates

@@ -1,5 +1,7 @@
 #include "engine/io/pretrained.h"
 
+#include "hub/pretrained_weights.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
@@ -168,16 +170,24 @@ std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes
   spec.dropout = config.model.dropout;
   std::shared_ptr<Classifier> model = create_model(config.model.name, spec);
   if (!config.model.pretrained.empty()) {
-    const PretrainedReport report = load_pretrained(*model, config.model.pretrained);
-    if (pretrained_log) *pretrained_log = report.summary(config.model.pretrained);
+    const std::string file = pretrained_file(config.model);
+    const PretrainedReport report = load_pretrained(*model, file);
+    if (pretrained_log) *pretrained_log = report.summary(file);
   }
   model->to(device);
   set_memory_format(*model, channels_last);
   return model;
 }
 
+std::string pretrained_file(const ModelConfig& model) {
+  RANZCR_CHECK(!hub::names_hub_weights(model.pretrained) || !model.pretrained_file.empty(),
+               "model.pretrained ", model.pretrained,
+               " names Hub weights, which are fetched before the job starts (apps/hub_weights.h)");
+  return model.pretrained_file.empty() ? model.pretrained : model.pretrained_file;
+}
+
 std::string pretrained_normalisation_warning(const ModelConfig& model) {
-  const auto meta = read_safetensors_metadata(model.pretrained);
+  const auto meta = read_safetensors_metadata(pretrained_file(model));
   auto mean = meta.find("mean"), std = meta.find("std");
   if (mean == meta.end() || std == meta.end()) return "";
   const std::string ours_mean = nlohmann::json(model.input_mean).dump();

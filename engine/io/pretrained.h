@@ -40,6 +40,10 @@ PretrainedReport load_pretrained(torch::nn::Module& model, const std::string& pa
 std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
                                        bool channels_last, std::string* pretrained_log = nullptr);
 
+/// The local file of model.pretrained: the file it names, or the Hub cache file apps/ resolved a Hub name
+/// (timm, hf-hub:...) to. Throws when a Hub name was not resolved.
+std::string pretrained_file(const ModelConfig& model);
+
 /// "" or a warning: model.pretrained is an exported file whose run normalised its input otherwise than
 /// model.input_mean/input_std.
 std::string pretrained_normalisation_warning(const ModelConfig& model);

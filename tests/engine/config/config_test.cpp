@@ -168,6 +168,20 @@ TEST(Config, ResolvedYamlRoundTrips) {
   EXPECT_EQ(back.data.label_columns, (std::vector<std::string>{"x", "y"}));
 }
 
+// The keys the file or --set gave a value (a null value keeps the default and counts as not given): Hub
+// weights bring their own normalisation only where the config did not set one.
+TEST(Config, RemembersWhichKeysWereGiven) {
+  const Config c = parse_config("model:\n  input_mean: [0.5]\n  input_std: ~\n", "t", {"train.epochs=2"});
+  EXPECT_EQ(c.explicit_keys, (std::set<std::string>{"model.input_mean", "train.epochs"}));
+  EXPECT_EQ(c.model.input_std, (std::vector<double>{1.0}));
+  EXPECT_TRUE(parse_config("seed: 1\n", "t").explicit_keys.count("seed"));
+  // model.pretrained_file is not a key: never written, never read.
+  Config d;
+  d.model.pretrained_file = "/somewhere";
+  EXPECT_EQ(config_to_yaml(d).find("pretrained_file"), std::string::npos);
+  EXPECT_THROW(parse_config("model:\n  pretrained_file: x\n", "t"), std::runtime_error);
+}
+
 // Every key is documented (present with a comment) in both shipped recipes, and both parse.
 TEST(Config, ShippedConfigsListEveryKey) {
   for (const char* name : {"quickstart.yaml", "ranzcr.yaml"}) {
