@@ -161,8 +161,10 @@ int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, 
   // (ours already did, before starting the workers), the others read them once it is done.
   Config job = config;
   const bool first = world.local_rank == 0 && world.launcher != "self";
-  if (first && needs_dataset) ensure_dataset(config, log);
-  if (first && needs_dataset) job = with_hub_weights(config, /*network=*/true, log);
+  if (first && needs_dataset) {
+    ensure_dataset(config, log);
+    job = with_hub_weights(config, /*network=*/true, log);
+  }
   collectives->barrier();
   if (!first && needs_dataset) job = with_hub_weights(config, /*network=*/false, log);
   install_stop_handlers();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -188,7 +189,12 @@ Metadata read_metadata(const Request& q, const HttpResponse& r) {
 }
 
 std::string megabytes(int64_t bytes) {
-  return std::to_string((bytes + 500000) / 1000000) + " MB";
+  char s[32];
+  if (bytes < 1000000)
+    std::snprintf(s, sizeof s, "%.0f kB", static_cast<double>(bytes) / 1e3);
+  else
+    std::snprintf(s, sizeof s, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return s;
 }
 
 // One GET into `incomplete` from its current size; returns true when the file is whole and checked.
@@ -264,7 +270,10 @@ bool download_blob(const Request& q, const Metadata& m, const RepoCache& cache) 
       q.options.note(q.label + ": the cached " + blob + " is damaged (" + problem + "); fetching it again");
     fs::remove(blob);
   }
-  fs::create_directories(fs::path(blob).parent_path());
+  std::error_code ec;
+  fs::create_directories(fs::path(blob).parent_path(), ec);
+  if (ec)
+    throw HubError(HubErrorKind::kOther, "Hugging Face cache: cannot create " + blob + ": " + ec.message());
   const std::string incomplete = blob + ".incomplete";
   for (int attempt = 0;; ++attempt) {
     try {
@@ -282,7 +291,6 @@ bool download_blob(const Request& q, const Metadata& m, const RepoCache& cache) 
     }
     wait_before_retry(q.options, attempt);
   }
-  std::error_code ec;
   fs::rename(incomplete, blob, ec);
   if (ec) throw HubError(HubErrorKind::kOther, "cannot rename " + incomplete + ": " + ec.message());
   return true;
@@ -382,6 +390,15 @@ HubFile hub_download(const HubOptions& options, const std::string& repo_id, cons
             "set HF_HUB_OFFLINE=1)");
   }
   const Metadata m = read_metadata(q, head);
+  // In the cache and intact: nothing to write (the cache may be read-only; the ref is updated if it can be).
+  const auto pointer = cache.cached_file(m.commit, filename);
+  if (pointer && cache.has_blob(m.etag) && blob_problem(m, cache.blob_path(m.etag)).empty()) {
+    try {
+      cache.write_ref(revision, m.commit);
+    } catch (const std::exception&) {
+    }
+    return from_cache(q, cache, m.commit, *pointer);
+  }
   tag_cache_dir(options.cache_dir);
   cache.write_ref(revision, m.commit);
   HubFile f;
@@ -390,7 +407,7 @@ HubFile hub_download(const HubOptions& options, const std::string& repo_id, cons
   f.commit = m.commit;
   f.filename = filename;
   f.etag = m.etag;
-  f.downloaded = download_blob(q, m, cache);  // checks a cached blob first, downloads only when needed
+  f.downloaded = download_blob(q, m, cache);  // checks the blob again under its lock
   f.path = cache.link_snapshot(m.commit, filename, m.etag);
   f.size = file_size_or(f.path, 0);
   return f;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -167,7 +168,8 @@ TEST_F(HubDownload, ACutTransferIsResumedWithARangeRequest) {
   EXPECT_EQ(stats["cdn_get"].get<int>(), 2);
   ASSERT_EQ(stats["cdn_ranges"].size(), 1u) << stats.dump();
   EXPECT_EQ(stats["cdn_ranges"][0].get<int>(), 1000000);
-  EXPECT_TRUE(any_contains(notes, "resuming the partial download at 1 MB")) << testing::PrintToString(notes);
+  EXPECT_TRUE(any_contains(notes, "resuming the partial download at 1.0 MB"))
+      << testing::PrintToString(notes);
 }
 
 TEST_F(HubDownload, ACorruptDownloadIsRefusedAndFetchedAgain) {
@@ -272,6 +274,24 @@ TEST_F(HubDownload, FailuresAreOneLineEach) {
   offline_ish.endpoint = "http://127.0.0.1:1";
   EXPECT_EQ(hub::hub_download(offline_ish, "org/model", "main", "model.safetensors").commit, commit_);
   EXPECT_TRUE(any_contains(notes, "cannot reach http://127.0.0.1:1")) << testing::PrintToString(notes);
+}
+
+TEST_F(HubDownload, AStalledTransferTimesOutAndIsRetried) {
+  hub_.control(R"({"rate": 1})");  // one 16 kB chunk, then a pause of hours
+  auto o = options_for(hub_, cache());
+  o.idle_timeout_s = 1;
+  o.retries = 2;
+  std::vector<std::string> notes;
+  o.note = [&](const std::string& line) { notes.push_back(line); };
+  std::string m;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(error_kind([&] { hub::hub_download(o, "org/model", "main", "model.safetensors"); }, &m),
+            HubErrorKind::kNetwork);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));  // bounded: no hang
+  EXPECT_TRUE(contains(m, "org/model/model.safetensors: download failed after 3 tries: ")) << m;
+  EXPECT_EQ(hub_.stats()["cdn_get"].get<int>(), 3);
+  EXPECT_TRUE(any_contains(notes, "resuming the partial download at ")) << testing::PrintToString(notes);
+  EXPECT_FALSE(fs::exists(fs::path(cache()) / "models--org--model" / "blobs" / sha_));
 }
 
 TEST_F(HubDownload, WeightsAndTheirNormalisation) {
