@@ -155,8 +155,10 @@ Config with_hub_weights(const Config& config, bool network, RunLog& log, const s
               options.cache_dir + " here (or unset HF_HUB_OFFLINE)";
     throw std::runtime_error(what);
   }
-  log.info("pretrained: " + w.weights.repo_id + " revision " + w.weights.revision + " = commit " +
-           w.weights.commit + ", " + w.weights.filename + " (" + mb(w.weights.size) +
+  const std::string revision =
+      w.weights.revision == w.weights.commit ? "" : " revision " + w.weights.revision + " =";
+  log.info("pretrained: " + w.weights.repo_id + revision + " commit " + w.weights.commit + ", " +
+           w.weights.filename + " (" + mb(w.weights.size) +
            (w.weights.downloaded ? ", downloaded" : ", cached") + ") " + w.weights.path);
   c.model.pretrained = w.pinned();
   c.model.pretrained_file = w.weights.path;

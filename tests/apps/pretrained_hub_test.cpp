@@ -141,7 +141,8 @@ TEST_F(PretrainedHub, TrainLogsAndPinsTheWeightsAndResumesWithoutTheNetwork) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "pinned " + std::string(kRepo) + " at commit " + commit_ + ": using it"))
       << r.output;
-  EXPECT_TRUE(contains(r.output, "= commit " + commit_ + ", model.safetensors (")) << r.output;
+  EXPECT_TRUE(contains(r.output, std::string(kRepo) + " commit " + commit_ + ", model.safetensors ("))
+      << r.output;
   EXPECT_EQ(hub_->stats()["head"].get<int>(), heads);
   // A new run gets main's new weights.
   r = run_ranzcr(train_args(dir_ / "run2"), env, dir_ / "train2.log");
