@@ -394,12 +394,12 @@ TEST_F(FetchWeightsCli, AKilledDownloadResumesInTheNextRun) {
 }
 
 TEST_F(FetchWeightsCli, TwoProcessesAtOnceMakeOneGoodFile) {
-  write_random_file(dir_ / "big", 6'000'000, 9);
+  write_random_file(dir_ / "big", 8'000'000, 9);
   hub_.add_repo("org/big", {"model.safetensors=" + dir_ / "big"});
   hub_.control(R"({"rate": 1000000})");
   const std::string sha = hub::file_sha256(dir_ / "big");
   const pid_t a = spawn({"fetch-weights", "hf-hub:org/big"}, hub_.env(cache()), dir_ / "a.log");
-  // The second starts while the first is downloading (about 6 s at 1 MB/s).
+  // The second starts while the first is downloading (about 8 s at 1 MB/s).
   ASSERT_TRUE(
       wait_until([&] { return fs::exists(cache() + "/models--org--big/blobs/" + sha + ".incomplete"); }, 60))
       << read_file(dir_ / "a.log");
