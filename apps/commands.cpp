@@ -1,6 +1,8 @@
 // The subcommands: each reads its config, then runs a job (job_runner.h) whose body calls the engine.
 #include "apps/commands.h"
 
+#include "apps/hub_weights.h"
+
 #include "hub/http.h"
 
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -92,8 +94,11 @@ int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
 }  // namespace
 
 int run_train(const TrainArgs& args) {
-  const Config config = job_config(args.config, args.sets, args.nproc_per_node);
-  if (!args.resume.empty()) read_checkpoint_meta(args.resume);  // fail early on a bad file
+  Config config = job_config(args.config, args.sets, args.nproc_per_node);
+  if (!args.resume.empty()) {
+    read_checkpoint_meta(args.resume);                 // fail early on a bad file
+    config = pin_hub_weights_to(config, args.resume);  // its run's Hub weights, not main's newest
+  }
   return run_job(config, args.argv,
                  [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
                    TrainOptions options;

@@ -130,15 +130,24 @@ hub::HubOptions hub_options(RunLog& log) {
   return o;
 }
 
-Config with_hub_weights(const Config& config, bool network, RunLog& log, const std::string& resume_path) {
+Config pin_hub_weights_to(const Config& config, const std::string& checkpoint) {
+  if (!hub::names_hub_weights(config.model.pretrained)) return config;
+  const hub::HubWeightsRef ref = hub::parse_hub_weights(config.model.pretrained, config.model.name);
+  const std::string commit = pinned_commit(checkpoint, ref.repo_id);
+  if (commit.empty()) return config;
+  Config c = config;
+  c.model.pretrained = "hf-hub:" + ref.repo_id + "@" + commit;
+  return c;
+}
+
+Config with_hub_weights(const Config& config, bool network, RunLog& log) {
   if (!hub::names_hub_weights(config.model.pretrained)) return config;
   Config c = config;
   hub::HubOptions options = hub_options(log);
   if (!network) options.offline = true;
   hub::HubWeightsRef ref = hub::parse_hub_weights(c.model.pretrained, c.model.name);
-  const std::string resume = !resume_path.empty()                     ? resume_path
-                             : c.train.resume == ResumeSetting::kAuto ? c.output.dir + "/checkpoints/last.pt"
-                                                                      : "";
+  const std::string resume =
+      c.train.resume == ResumeSetting::kAuto ? c.output.dir + "/checkpoints/last.pt" : "";
   if (const std::string commit = pinned_commit(resume, ref.repo_id);
       !commit.empty() && commit != ref.revision) {
     log.info("pretrained: " + resume + " pinned " + ref.repo_id + " at commit " + commit + ": using it");

@@ -18,10 +18,14 @@ hub::HubOptions hub_options(RunLog& log);
 /// model.pretrained pinned to the commit ("hf-hub:ORG/REPO@COMMIT", so the run's config.yaml and checkpoints
 /// name the same bytes), model.pretrained_file the cached file, and model.input_mean/input_std those of the
 /// weights' config.json unless the config set them (one input channel: the mean of the three). When the run
-/// resumes a checkpoint that pinned the same repository, its commit is used. `network`: false for a process
-/// whose node's first process has fetched them already (the cache only). Logs repo, commit, file and
-/// normalisation. Throws one line on failure.
-Config with_hub_weights(const Config& config, bool network, RunLog& log, const std::string& resume_path = "");
+/// resumes output.dir's last.pt (train.resume: auto) and that pinned the same repository, its commit is used.
+/// `network`: false for a process whose node's first process has fetched them already (the cache only).
+/// Logs repo, commit, file and normalisation. Throws one line on failure.
+Config with_hub_weights(const Config& config, bool network, RunLog& log);
+
+/// `config` with model.pretrained pinned to the commit the run of `checkpoint` used, when both name the same
+/// Hub repository (unchanged otherwise): `train --resume PATH` normalises as that run did.
+Config pin_hub_weights_to(const Config& config, const std::string& checkpoint);
 
 /// `ranzcr fetch-weights NAME... | --all`: NAME is a zoo model (timm's default weights) or
 /// hf-hub:ORG/REPO[@REV].

@@ -144,10 +144,18 @@ TEST_F(PretrainedHub, TrainLogsAndPinsTheWeightsAndResumesWithoutTheNetwork) {
   EXPECT_TRUE(contains(r.output, std::string(kRepo) + " commit " + commit_ + ", model.safetensors ("))
       << r.output;
   EXPECT_EQ(hub_->stats()["head"].get<int>(), heads);
-  // A new run gets main's new weights.
+  // A new run gets main's new weights; one that resumes the first run's checkpoint by --resume gets its own.
   r = run_ranzcr(train_args(dir_ / "run2"), env, dir_ / "train2.log");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "revision main = commit " + other)) << r.output;
+  auto resume_args = train_args(dir_ / "run3", {"train.epochs=3"});
+  resume_args.insert(resume_args.end(), {"--resume", run + "/checkpoints/last.pt"});
+  r = run_ranzcr(resume_args, env, dir_ / "resume3.log");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, std::string(kRepo) + " commit " + commit_ + ", model.safetensors ("))
+      << r.output;
+  EXPECT_TRUE(contains(read_file(dir_ / "run3/config.yaml"), "@" + commit_))
+      << read_file(dir_ / "run3/config.yaml");
   EXPECT_EQ(hub_->add_timm_repo(kRepo, "resnet18", /*seed=*/0), commit_);  // main back for the other tests
 }
 
