@@ -18,12 +18,6 @@ namespace ranzcr {
 
 namespace {
 
-std::string mb(int64_t bytes) {
-  char s[32];
-  std::snprintf(s, sizeof s, "%.1f MB", static_cast<double>(bytes) / 1e6);
-  return s;
-}
-
 std::string list(const std::vector<double>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) {
@@ -55,10 +49,10 @@ class DownloadProgress {
     const double secs = std::max(1e-3, std::chrono::duration<double>(now - start_).count());
     char rate[32];
     std::snprintf(rate, sizeof rate, "%.1f MB/s", static_cast<double>(done - first_done_) / 1e6 / secs);
-    std::string text = "download " + label + ": " + mb(done);
+    std::string text = "download " + label + ": " + hub::format_bytes(done);
     if (total > 0) {
       const int pct = static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
-      text += " of " + mb(total) + " (" + std::to_string(pct) + "%)";
+      text += " of " + hub::format_bytes(total) + " (" + std::to_string(pct) + "%)";
       const int filled = pct / 5;
       const std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "] ";
       log_.progress(bar + text + ", " + rate, text + ", " + rate);
@@ -167,7 +161,7 @@ Config with_hub_weights(const Config& config, bool network, RunLog& log) {
   const std::string revision =
       w.weights.revision == w.weights.commit ? "" : " revision " + w.weights.revision + " =";
   log.info("pretrained: " + w.weights.repo_id + revision + " commit " + w.weights.commit + ", " +
-           w.weights.filename + " (" + mb(w.weights.size) +
+           w.weights.filename + " (" + hub::format_bytes(w.weights.size) +
            (w.weights.downloaded ? ", downloaded" : ", cached") + ") " + w.weights.path);
   c.model.pretrained = w.pinned();
   c.model.pretrained_file = w.weights.path;
@@ -195,7 +189,8 @@ int fetch_weights(const std::vector<std::string>& names, bool all) {
     } catch (const hub::HubError& e) {
       throw std::runtime_error("fetch-weights " + name + ": " + e.what());
     }
-    std::cout << name << ": " << w.pinned() << " " << w.weights.filename << " " << mb(w.weights.size)
+    std::cout << name << ": " << w.pinned() << " " << w.weights.filename << " "
+              << hub::format_bytes(w.weights.size)
               << (w.weights.downloaded ? " downloaded" : " already cached")
               << (w.mean.empty() ? " (" + w.config_note + ")"
                                  : " mean " + list(w.mean) + " std " + list(w.std))

@@ -188,21 +188,12 @@ Metadata read_metadata(const Request& q, const HttpResponse& r) {
   return m;
 }
 
-std::string megabytes(int64_t bytes) {
-  char s[32];
-  if (bytes < 1000000)
-    std::snprintf(s, sizeof s, "%.0f kB", static_cast<double>(bytes) / 1e3);
-  else
-    std::snprintf(s, sizeof s, "%.1f MB", static_cast<double>(bytes) / 1e6);
-  return s;
-}
-
 // One GET into `incomplete` from its current size; returns true when the file is whole and checked.
 bool fetch_once(const Request& q, const Metadata& m, const std::string& incomplete, int attempt) {
   const HubOptions& o = q.options;
   int64_t offset = file_size_or(incomplete, 0);
   if (m.size >= 0 && offset > m.size) offset = 0;  // not a prefix of this file: start over
-  if (offset > 0 && o.note) o.note(q.label + ": resuming the partial download at " + megabytes(offset));
+  if (offset > 0 && o.note) o.note(q.label + ": resuming the partial download at " + format_bytes(offset));
   ByteProgress progress;
   if (o.progress) progress = [&](int64_t done, int64_t total) { o.progress(q.label, done, total); };
   HttpResponse r;
@@ -312,6 +303,15 @@ HubFile from_cache(const Request& q, const RepoCache& cache, const std::string& 
 }
 
 }  // namespace
+
+std::string format_bytes(int64_t bytes) {
+  char s[32];
+  if (bytes < 1000000)
+    std::snprintf(s, sizeof s, "%.0f kB", static_cast<double>(bytes) / 1e3);
+  else
+    std::snprintf(s, sizeof s, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return s;
+}
 
 HubOptions hub_options_from_env(const std::map<std::string, std::string>& env) {
   HubOptions o;

@@ -67,6 +67,9 @@ struct HubFile {
   bool downloaded = false;  // false: it was in the cache
 };
 
+/// "850 kB", "46.8 MB": a size for messages and progress lines.
+std::string format_bytes(int64_t bytes);
+
 /// Validates "ORG/NAME" as huggingface_hub does (letters, digits, '-', '_', '.'; no "--" or ".."; at most
 /// 96 characters a part). Throws HubError (kOther) naming what is wrong.
 void check_repo_id(const std::string& repo_id);

@@ -22,10 +22,6 @@ namespace {
 constexpr int kSkip = 77;
 const char* kRepo = "timm/resnet18.a1_in1k";
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 // One local Hub with timm's resnet18 weights for the whole suite (making them takes seconds).
 class PretrainedHub : public ::testing::Test {
  protected:

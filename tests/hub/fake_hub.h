@@ -15,6 +15,11 @@
 
 namespace ranzcr::test {
 
+/// Whether `s` holds `part`.
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
 /// The project's .venv python when it exists (torch, timm, huggingface_hub), else "".
 inline std::string venv_python() {
   const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";

@@ -50,10 +50,6 @@ HubErrorKind error_kind(const std::function<void()>& f, std::string* message) {
   return HubErrorKind::kOther;
 }
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 bool any_contains(const std::vector<std::string>& lines, const std::string& part) {
   for (const auto& l : lines)
     if (contains(l, part)) return true;
