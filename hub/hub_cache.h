@@ -29,7 +29,6 @@ class RepoCache {
  public:
   RepoCache(std::string cache_dir, std::string repo_id);
 
-  const std::string& repo_id() const { return repo_id_; }
   /// <cache>/models--ORG--NAME
   std::string folder() const;
   std::string blob_path(const std::string& etag) const;
