@@ -1,6 +1,8 @@
 #include "data/batch_loader.h"
 
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 
 namespace ranzcr {
 
@@ -50,6 +52,19 @@ void BatchLoader::work() {
   }
 }
 
+namespace {
+
+// One line per skipped file, naming it and why (the epoch's log counts them): written whole, so lines of
+// several loader threads never interleave.
+void report_skipped(const std::string& why) {
+  const std::string line = "warning: skipped unreadable image: " + why + "\n";
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+}  // namespace
+
 Batch BatchLoader::make_batch(int64_t b) const {
   const int64_t begin = b * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, rows_.size());
@@ -62,7 +77,7 @@ Batch BatchLoader::make_batch(int64_t b) const {
     try {
       cv::Size size;
       const cv::Mat gray = decode_grayscale(index_.image_paths[row], transform_.options().image_size, &size,
-                                            transform_.options().dicom_window);
+                                            transform_.options().dicom);
       images.push_back(transform_.transform_u8(gray, epoch_, row));
       kept.push_back(row);
       sizes.push_back(size);
@@ -71,6 +86,7 @@ Batch BatchLoader::make_batch(int64_t b) const {
         throw std::runtime_error(std::string(e.what()) +
                                  " (set data.skip_bad_images=true to skip such files)");
       ++batch.skipped;
+      report_skipped(e.what());
     }
   }
   collate(images, kept, &batch);

@@ -21,8 +21,12 @@ struct AugmentConfig {
 /// window (min..max when it has neither), the image's min..max, or its 1st..99th percentile.
 enum class DicomWindow { kFile, kMinMax, kPercentile };
 
+/// data.dicom: how DICOM files are decoded. They are decoded in a sandboxed helper process
+/// (data/dicom_sandbox.h), which is stopped and replaced when one image takes longer or more memory.
 struct DicomConfig {
   DicomWindow window = DicomWindow::kFile;
+  double timeout_seconds = 10.0;  // per image, from the request to the decoded image
+  int memory_limit_mb = 2048;     // the helper's address space
 };
 
 struct DataConfig {

@@ -9,6 +9,7 @@
 #include <gdcmTrace.h>
 #include <gdcmUIDs.h>
 #include <gdcmWriter.h>
+#include <opencv2/imgproc.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -487,6 +488,19 @@ cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string&
     const size_t slash = where.rfind('/');  // npos + 1 == 0: no folder
     fail(name, "GDCM failed one of its own checks (" + where.substr(slash + 1) + ")");
   }
+}
+
+DicomU8 decode_dicom_u8(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window,
+                        int target_size) {
+  const cv::Mat image = decode_dicom(bytes, name, window);
+  const int factor = std::min(image.cols, image.rows) / std::max(1, target_size);
+  cv::Mat small = image;
+  if (factor >= 2)
+    cv::resize(image, small, cv::Size(image.cols / factor, image.rows / factor), 0, 0, cv::INTER_AREA);
+  DicomU8 out;
+  small.convertTo(out.image, CV_8U, 255.0);
+  out.original_size = image.size();
+  return out;
 }
 
 namespace {

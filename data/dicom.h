@@ -30,6 +30,17 @@ bool has_dicom_extension(const std::string& path);
 /// multi-frame image, truncated pixel data, or a transfer syntax GDCM cannot decode.
 cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window);
 
+/// A DICOM image as the loader takes it: 8 bits, and the file's own size.
+struct DicomU8 {
+  cv::Mat image;           // CV_8UC1
+  cv::Size original_size;  // the decoded image's size before the reduction
+};
+
+/// decode_dicom, then shrunk at full depth by the largest integer factor that keeps the shorter side >=
+/// `target_size` (area average) and rounded to 8 bits. What ranzcr-dicom-decoder runs for the loader.
+DicomU8 decode_dicom_u8(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window,
+                        int target_size);
+
 /// How write_dicom stores an image.
 struct DicomWriteOptions {
   enum class Syntax { kExplicitLittle, kRle, kJpegLossless, kJpegLsLossless, kJpeg2000Lossless };

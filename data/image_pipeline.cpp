@@ -1,6 +1,6 @@
 #include "data/image_pipeline.h"
 
-#include "data/dicom.h"
+#include "data/dicom_sandbox.h"
 #include "data/pixel_budget.h"
 
 #include <opencv2/imgcodecs.hpp>
@@ -77,18 +77,6 @@ bool jpeg_complete(const std::vector<uchar>& b) {
   return end >= 4 && b[end - 2] == 0xFF && b[end - 1] == 0xD9;
 }
 
-// A decoded DICOM image (CV_32FC1 in [0, 1]) to CV_8UC1, shrunk first at full depth by the largest integer
-// factor that keeps the shorter side >= target_size.
-cv::Mat dicom_to_u8(const cv::Mat& image, int target_size) {
-  const int factor = std::min(image.cols, image.rows) / std::max(1, target_size);
-  cv::Mat small = image;
-  if (factor >= 2)
-    cv::resize(image, small, cv::Size(image.cols / factor, image.rows / factor), 0, 0, cv::INTER_AREA);
-  cv::Mat out;
-  small.convertTo(out, CV_8U, 255.0);
-  return out;
-}
-
 }  // namespace
 
 uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t index) {
@@ -96,15 +84,18 @@ uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t index) {
 }
 
 cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size,
-                         DicomWindow dicom_window) {
+                         const DicomConfig& dicom) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open image " + path);
   std::vector<uchar> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (buf.empty()) throw std::runtime_error("empty image file " + path);
   if (has_dicom_preamble(buf.data(), buf.size()) || has_dicom_extension(path)) {
-    const cv::Mat image = decode_dicom(buf, path, dicom_window);
-    if (original_size) *original_size = image.size();
-    return dicom_to_u8(image, target_size);
+    DicomSandboxLimits limits;
+    limits.seconds_per_image = dicom.timeout_seconds;
+    limits.memory_bytes = int64_t{dicom.memory_limit_mb} << 20;
+    DicomU8 decoded = decode_dicom_sandboxed(buf, path, dicom.window, target_size, limits);
+    if (original_size) *original_size = decoded.original_size;
+    return decoded.image;
   }
   int flags = cv::IMREAD_GRAYSCALE;
   int w = 0, h = 0;
@@ -207,7 +198,7 @@ TransformOptions train_transform(const DataConfig& data, uint64_t seed) {
   to.train = true;
   to.augment = data.augment;
   to.seed = seed;
-  to.dicom_window = data.dicom.window;
+  to.dicom = data.dicom;
   return to;
 }
 

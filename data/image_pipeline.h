@@ -12,15 +12,17 @@ namespace ranzcr {
 
 /// Decodes an image file to CV_8UC1 grayscale. JPEGs whose shorter side is at least twice `target_size`
 /// are decoded at reduced resolution (1/2, 1/4 or 1/8, the largest factor that keeps the shorter side
-/// >= target_size). DICOM files (a .dcm/.dicom name or the DICM preamble) go through decode_dicom with
-/// `dicom_window`; at full bit depth they are shrunk by the largest integer factor that keeps the shorter
-/// side >= target_size (area average), then rounded to 8 bits. Only JPEG, PNG (8 or 16 bit) and DICOM are
+/// >= target_size). DICOM files (a .dcm/.dicom name or the DICM preamble) go through decode_dicom_u8 with
+/// `dicom.window` in a sandboxed helper process under `dicom`'s limits (decode_dicom_sandboxed;
+/// DicomSandboxUnavailable when none can run); at full bit depth they are shrunk by the largest integer
+/// factor that keeps the shorter side
+/// >= target_size (area average), then rounded to 8 bits. Only JPEG, PNG (8 or 16 bit) and DICOM are
 /// read, told by their first bytes, each of at most 16384 x 16384 pixels by its header, checked before
 /// anything is decoded. Throws std::runtime_error naming the file for a missing, unreadable, truncated or
 /// corrupt file, another format or a larger image. `original_size` (optional) gets the file's own size,
 /// before any reduction.
 cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size = nullptr,
-                         DicomWindow dicom_window = DicomWindow::kFile);
+                         const DicomConfig& dicom = {});
 
 /// A seed from (seed, epoch, sample index): augmentation randomness never depends on thread timing.
 uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t index);
@@ -30,7 +32,7 @@ struct TransformOptions {
   bool train = false;     // random augmentation (train) or deterministic resize only (eval)
   AugmentConfig augment;  // ranges of the random augmentation; augment.clahe applies to both modes
   uint64_t seed = 0;
-  DicomWindow dicom_window = DicomWindow::kFile;  // how the loader decodes DICOM files (decode_grayscale)
+  DicomConfig dicom;  // how the loader decodes DICOM files (decode_grayscale)
 };
 
 /// The random geometric part of a training transform, applied after the resize to image_size: a rotation

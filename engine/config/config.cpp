@@ -52,6 +52,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.augment.contrast", a.contrast);
   v("data.augment.clahe", a.clahe);
   v("data.dicom.window", d.dicom.window);
+  v("data.dicom.timeout_seconds", d.dicom.timeout_seconds);
+  v("data.dicom.memory_limit_mb", d.dicom.memory_limit_mb);
   auto& s = c.synth;
   v("synth.generate_if_missing", s.generate_if_missing);
   v("synth.root", s.root);
@@ -330,6 +332,10 @@ void validate_config(const Config& c) {
           "data.fold must be in [0, data.folds)");
   require(c.data.num_workers >= 1, "data.num_workers must be at least 1");
   require(c.data.prefetch_batches >= 1, "data.prefetch_batches must be at least 1");
+  require(c.data.dicom.timeout_seconds > 0 && c.data.dicom.timeout_seconds <= 3600,
+          "data.dicom.timeout_seconds must be above 0 and at most 3600 (seconds per DICOM image)");
+  require(c.data.dicom.memory_limit_mb >= 256 && c.data.dicom.memory_limit_mb <= (1 << 20),
+          "data.dicom.memory_limit_mb must be 256 to 1048576 (the DICOM decoder's memory, MiB)");
   require(c.synth.num_images >= 10, "synth.num_images must be at least 10");
   require(c.synth.image_size >= 64, "synth.image_size must be at least 64");
   require(c.model.in_channels == 1 || c.model.in_channels == 3, "model.in_channels must be 1 or 3");

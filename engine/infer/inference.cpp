@@ -26,7 +26,7 @@ std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<
   to.image_size = options.image_size;
   to.train = false;
   to.augment.clahe = options.clahe;
-  to.dicom_window = options.dicom_window;
+  to.dicom = options.dicom;
   LoaderOptions lo;
   lo.batch_size = options.batch_size;
   lo.num_workers = options.num_workers;
@@ -114,7 +114,7 @@ InferenceOptions inference_options(const Config& config, torch::Device device, b
   InferenceOptions io;
   io.image_size = config.data.image_size;
   io.clahe = config.data.augment.clahe;
-  io.dicom_window = config.data.dicom.window;
+  io.dicom = config.data.dicom;
   io.batch_size = config.train.eval_batch_size;
   io.num_workers = config.data.num_workers;
   io.prefetch_batches = config.data.prefetch_batches;

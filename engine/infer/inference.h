@@ -18,7 +18,7 @@ namespace ranzcr {
 struct InferenceOptions {
   int image_size = 256;
   bool clahe = false;
-  DicomWindow dicom_window = DicomWindow::kFile;  // data.dicom.window
+  DicomConfig dicom;  // data.dicom
   int batch_size = 64;
   int num_workers = 2;
   int prefetch_batches = 4;

@@ -222,7 +222,7 @@ TEST(Dicom, DecodeGrayscaleShrinksAtFullDepthThenRoundsTo8Bits) {
   stored.at<uint16_t>(399, 299) = 257;  // one pixel: invisible after the 3x area average
   write_dicom(dir / "a.dcm", stored, o);
   cv::Size size;
-  const cv::Mat u8 = decode_grayscale(dir / "a.dcm", 100, &size, DicomWindow::kMinMax);
+  const cv::Mat u8 = decode_grayscale(dir / "a.dcm", 100, &size, DicomConfig{DicomWindow::kMinMax});
   EXPECT_EQ(size, cv::Size(300, 400));
   EXPECT_EQ(u8.size(), cv::Size(100, 133));  // factor 3 = 300 / 100
   EXPECT_EQ(u8.type(), CV_8UC1);
@@ -230,7 +230,8 @@ TEST(Dicom, DecodeGrayscaleShrinksAtFullDepthThenRoundsTo8Bits) {
   EXPECT_EQ(u8.at<uchar>(132, 99), 0);  // 257 / 65535 / 9 * 255 rounds to 0
   // Detected by the preamble whatever the file is called.
   std::filesystem::copy_file(dir / "a.dcm", dir / "a.img");
-  EXPECT_EQ(decode_grayscale(dir / "a.img", 100, nullptr, DicomWindow::kMinMax).size(), cv::Size(100, 133));
+  EXPECT_EQ(decode_grayscale(dir / "a.img", 100, nullptr, DicomConfig{DicomWindow::kMinMax}).size(),
+            cv::Size(100, 133));
 }
 
 // Every kind of synthetic DICOM file decodes to the picture the JPEG data set stores (to 8-bit rounding).
