@@ -152,8 +152,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   warm_up();
+  // The codecs print to stderr in places (GDCM's JPEG codec for 12-bit files): from here on that is
+  // /dev/null, the one other descriptor the filter lets it write to.
+  const int null = ::open("/dev/null", O_WRONLY);
+  if (null < 0 || ::dup2(null, 2) < 0) {
+    send_message(Status::kSetupFailed, "cannot open /dev/null for its stderr");
+    return 1;
+  }
+  ::close(null);
   std::string problem = limit_decoder_memory(memory_bytes);
-  if (problem.empty()) problem = lock_down_decoder(kSocket);
+  if (problem.empty()) problem = lock_down_decoder(kSocket, 2);
   if (!problem.empty()) {
     send_message(Status::kSetupFailed, problem);
     return 1;

@@ -8,6 +8,8 @@
 #   scripts/fuzz.sh --seconds 1800 --targets torch_pickle,csv --jobs 2
 #   scripts/fuzz.sh --build-only          # build, run nothing
 #   scripts/fuzz.sh --replay FILE|DIR...  # run the targets' programs once over inputs (no fuzzing)
+#   scripts/fuzz.sh --replay-checked-in   # each target once over its fuzz/corpus/ and fuzz/regressions/
+#                                         # under the sanitizers: CI's gate (no random seed, no time box)
 #   --seed N: libFuzzer's seed for every target (default: a new one each run, named when a target fails; the
 #             same seed does not promise the same path: a seed-1 pass found on one clone what it missed on another)
 # The inputs found while fuzzing stay in build-fuzz/run/<target>/corpus (seeds of the next run there); the
@@ -24,6 +26,7 @@ TARGETS=$ALL_TARGETS
 BUILD_ONLY=0
 SEED=0
 REPLAY=()
+REPLAY_CHECKED_IN=0
 die() {
   echo "error: $*" >&2
   exit 1
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
     --seed) SEED=${2:?--seed needs a number}; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
     --replay) shift; REPLAY=("$@"); break ;;
+    --replay-checked-in) REPLAY_CHECKED_IN=1; shift ;;
     -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see scripts/fuzz.sh --help)" ;;
   esac
@@ -73,6 +77,20 @@ max_len() {
 }
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+if [ "$REPLAY_CHECKED_IN" = 1 ]; then
+  # Every checked-in input of each target, once, under ASan/UBSan (a leak or a wild read fails here, where the
+  # normal build's replay tests see only crashes and wrong answers).
+  for t in $TARGETS; do
+    mapfile -t files < <(find "fuzz/corpus/$t" "fuzz/regressions/$t" -type f 2>/dev/null | sort)
+    [ ${#files[@]} -gt 0 ] || die "no checked-in inputs for target $t"
+    echo "fuzz: replaying $t over ${#files[@]} checked-in inputs under the sanitizers" >&2
+    "$BUILD/fuzz/fuzz_$t" -rss_limit_mb=2048 -timeout=10 "${files[@]}" > "$BUILD/replay-$t.log" 2>&1 ||
+      { tail -40 "$BUILD/replay-$t.log" >&2; die "target $t failed on a checked-in input (log: $BUILD/replay-$t.log)"; }
+  done
+  echo "fuzz: every checked-in input of $(echo $TARGETS | wc -w) targets passed under ASan/UBSan" >&2
+  exit 0
+fi
 
 if [ ${#REPLAY[@]} -gt 0 ]; then
   # Files only: given a folder, libFuzzer would fuzz with it as its corpus (and write into it).

@@ -40,7 +40,7 @@ JOBS=${JOBS:-$(nproc)}
 OPENCV_VERSION=4.6.0
 OPENCV_SDIST=opencv-python-headless-4.6.0.66.tar.gz
 OPENCV_SDIST_SHA256=d5291d7e10aa2c19cab6fd86f0d61af8617290ecd2d7ffcb051e446868d04cc5
-HEADER_DEBS="libcli11-dev nlohmann-json3-dev libgloo-dev"
+HEADER_DEBS="libcli11-dev nlohmann-json3-dev libgloo-dev libseccomp-dev"
 
 say() { echo "make-bundle: $*" >&2; }
 die() {
@@ -240,6 +240,18 @@ if ! done_step headers; then
   mark_done headers
 fi
 
+# 5b. libseccomp (the DICOM decoder helper's filter): Debian's own static archive and headers, from
+#     libseccomp-dev (Debian ships libseccomp.a; nothing to build).
+if ! done_step seccomp; then
+  say "libseccomp: static archive and headers from Debian's libseccomp-dev"
+  sc=$SRC/libseccomp-dev-$(deb_version libseccomp-dev)
+  mkdir -p "$BUNDLE/include" "$BUNDLE/lib" "$BUNDLE/share/licenses/libseccomp-dev"
+  cp "$sc"/usr/include/seccomp*.h "$BUNDLE/include/"
+  cp "$sc"/usr/lib/*/libseccomp.a "$BUNDLE/lib/"
+  cp "$sc/usr/share/doc/libseccomp-dev/copyright" "$BUNDLE/share/licenses/libseccomp-dev/"
+  mark_done seccomp
+fi
+
 # 6. Manifest, then the tarball (remade only when the bundle changed).
 MANIFEST=$BUNDLE/MANIFEST
 if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -quit)" ]; then
@@ -261,7 +273,12 @@ if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -qui
     echo "gdcm $GDCM_VERSION: static, Release, hidden visibility (gdcmMSFF and its dependencies); built in, name-mangled: IJG libjpeg 6b (8/12/16-bit), openjpeg $(sed -n 's/^set(OPENJPEG_VERSION_\(MAJOR\|MINOR\|BUILD\) \([0-9]*\))/\2/p' "$gu/gdcmopenjpeg/CMakeLists.txt" | paste -sd.), charls $(sed -n 's@.*charls/archive/\(.*\)\.tar\.gz@\1@p' "$gu/gdcmcharls/README.GDCM.txt" | head -n 1), zlib $(sed -n 's/.*define ZLIB_VERSION \"\(.*\)\"/\1/p' "$gu/gdcmzlib/zlib.h"), expat $(sed -n 's/.*define XML_\(MAJOR\|MINOR\|MICRO\)_VERSION \([0-9]*\)/\2/p' "$gu/gdcmexpat/lib/expat.h" | paste -sd.)"
     echo "  source: Debian source package gdcm $GDCM_VERSION (apt-get source)"
     for pkg in $HEADER_DEBS; do
-      echo "$pkg $(deb_version "$pkg"): headers$([ "$pkg" = libgloo-dev ] && echo " only (the Gloo code is in LibTorch)" || echo " and CMake config")"
+      case "$pkg" in
+        libgloo-dev) what="headers only (the Gloo code is in LibTorch)" ;;
+        libseccomp-dev) what="headers and Debian's static libseccomp.a" ;;
+        *) what="headers and CMake config" ;;
+      esac
+      echo "$pkg $(deb_version "$pkg"): $what"
       echo "  source: Debian package $pkg $(deb_version "$pkg")"
     done
   } >"$MANIFEST"

@@ -3,7 +3,9 @@
 // logits; `train` logs and pins them; a 2-process job downloads once; HF_HUB_OFFLINE; and the cache is the
 // one the real huggingface_hub (from PyPI, in .venv) reads and writes, in both directions.
 #include <gtest/gtest.h>
+
 #include <torch/torch.h>
+#include "tests/test_util.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -38,7 +40,8 @@ class PretrainedHub : public ::testing::Test {
   void SetUp() override {
     if (hub::http_client_version().empty()) GTEST_SKIP() << "this build has no libcurl";
     if (commit_.empty())
-      GTEST_SKIP() << "no torch, timm, safetensors or huggingface_hub in .venv to make timm weights";
+      RANZCR_SKIP_WITHOUT_REFERENCE(
+          "no torch, timm, safetensors or huggingface_hub in .venv to make timm weights");
   }
   std::vector<std::string> train_args(const std::string& run, const std::vector<std::string>& sets = {}) {
     write_config(dir_ / "cfg.yaml", *data_ / "ds",
@@ -98,7 +101,7 @@ TEST_F(PretrainedHub, TheModelStartsFromTimmsWeights) {
         run_command(python + " -W ignore '" + FakeHub::script("timm_logits.py") +
                     "' --model resnet18 --num-classes 1000 --in-chans " + std::to_string(channels) +
                     " --weights '" + resolved.model.pretrained_file + "' --data '" + data + "'");
-    if (r.status == kSkip) GTEST_SKIP() << r.output;
+    if (r.status == kSkip) RANZCR_SKIP_WITHOUT_REFERENCE(r.output);
     EXPECT_EQ(r.status, 0) << r.output;
     std::cout << r.output;
   }
@@ -187,7 +190,7 @@ TEST_F(PretrainedHub, OfflineTrainsFromTheCacheOrNamesTheFetchCommand) {
 // Under torchrun the node's first process fetches while the others wait at a barrier, then read the cache.
 TEST_F(PretrainedHub, ATorchrunJobDownloadsOnce) {
   const std::string torchrun = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/torchrun";
-  if (!fs::exists(torchrun)) GTEST_SKIP() << "no torchrun at " << torchrun;
+  if (!fs::exists(torchrun)) RANZCR_SKIP_WITHOUT_REFERENCE("no torchrun at " << torchrun);
   std::vector<std::string> args = {"--standalone", "--nproc-per-node=2", "--no-python", RANZCR_BINARY};
   for (const auto& a : train_args(dir_ / "run")) args.push_back(a);
   EnvMap env = hub_->env(dir_ / "cache");
@@ -215,7 +218,7 @@ TEST_F(PretrainedHub, ATwoProcessJobDownloadsOnce) {
 
 TEST_F(PretrainedHub, TheCacheIsSharedWithHuggingFaceHubBothWays) {
   const std::string python = venv_python();
-  if (!python_has(python, "huggingface_hub")) GTEST_SKIP() << "no huggingface_hub in .venv";
+  if (!python_has(python, "huggingface_hub")) RANZCR_SKIP_WITHOUT_REFERENCE("no huggingface_hub in .venv");
   const std::string check = python + " -W ignore '" + FakeHub::script("hf_cache_check.py") + "' ";
   const std::string endpoint = "HF_ENDPOINT=" + hub_->endpoint() + " HF_HUB_DISABLE_TELEMETRY=1 ";
   // 1. huggingface_hub fills a cache; ranzcr uses it with the network forbidden.

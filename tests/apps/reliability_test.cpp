@@ -142,7 +142,7 @@ TEST_F(ReliabilityTest, SigtermToEveryProcessAtOnceTwiceSavesMidEpoch) {
 TEST_F(ReliabilityTest, TorchrunRestartContinuesTheRun) {
   const std::string torchrun = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/torchrun";
   if (!fs::exists(torchrun))
-    GTEST_SKIP() << "no torchrun at " << torchrun << " (scripts/setup.sh installs it)";
+    RANZCR_SKIP_WITHOUT_REFERENCE("no torchrun at " << torchrun << " (scripts/setup.sh installs it)");
   const std::string run = *dir_ / "torchrun";
   std::vector<std::string> args = {"--standalone", "--nproc-per-node=2", "--max-restarts=1", "--no-python",
                                    bin()};

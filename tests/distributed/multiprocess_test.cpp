@@ -256,7 +256,7 @@ TEST(Distributed, LauncherFailsFastAndLeavesNoProcess) {
   const int status = run_test_workers("FailFast", 2, dir.str());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(status, 3);
-  EXPECT_LT(seconds, 10.0);
+  EXPECT_LT(seconds, 60.0);  // fast: not the 300 s collective timeout; wide, for a loaded machine
   for (int r = 0; r < 2; ++r) {
     const pid_t pid = std::stoi(test::read_file(dir / ("pid_" + std::to_string(r))));
     EXPECT_EQ(::kill(pid, 0), -1) << "rank " << r << " (pid " << pid << ") still exists";

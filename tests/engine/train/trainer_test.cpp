@@ -476,8 +476,9 @@ std::string tensorboard_python() {
 TEST_F(TrainerTest, TensorBoardReadsTheEventFiles) {
   const std::string python = tensorboard_python();
   if (python.empty())
-    GTEST_SKIP() << "no python with tensorboard (scripts/setup.sh puts it in .venv; or set "
-                    "RANZCR_TENSORBOARD_PYTHON)";
+    RANZCR_SKIP_WITHOUT_REFERENCE(
+        "no python with tensorboard (scripts/setup.sh puts it in .venv; or set "
+        "RANZCR_TENSORBOARD_PYTHON)");
   RunLog log(false);
   auto coll = make_local_collectives();
   const std::string out = *dir_ / "tb";
