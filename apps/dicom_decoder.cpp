@@ -24,8 +24,8 @@
 #include "data/dicom_lockdown.h"
 
 // The helper decodes on one thread: it answers "one processor" where a codec asks how many threads to start
-// (GDCM's JPEG 2000 codec asks OpenJPEG, which asks sysconf on every image, and glibc reads /sys for it:
-// an open the filter forbids). Other questions go to glibc's own.
+// (OpenJPEG does with OPJ_NUM_THREADS=ALL_CPUS in the environment, through sysconf, for which glibc reads
+// /sys: an open the filter forbids). Other questions go to glibc's own.
 extern "C" long __sysconf(int name);
 extern "C" long sysconf(int name) {
   if (name == _SC_NPROCESSORS_ONLN || name == _SC_NPROCESSORS_CONF) return 1;
@@ -99,6 +99,7 @@ void run_test_fault(const std::string& fault) {
 
 // Things the first decode would do lazily that need system calls the filter forbids.
 void warm_up() {
+  init_dicom_library();         // DCMTK's dictionary is a file
   cv::setNumThreads(0);         // OpenCV's parallel loops would start threads (clone)
   (void)cv::getNumberOfCPUs();  // read from /sys once, then cached
   cv::Mat f(1024, 1024, CV_32FC1, cv::Scalar(0.5)), small, u8;  // large enough for the parallel paths
@@ -152,7 +153,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   warm_up();
-  // The codecs print to stderr in places (GDCM's JPEG codec for 12-bit files): from here on that is
+  // The codecs print to stderr in places (a codec's warning): from here on that is
   // /dev/null, the one other descriptor the filter lets it write to.
   const int null = ::open("/dev/null", O_WRONLY);
   if (null < 0 || ::dup2(null, 2) < 0) {

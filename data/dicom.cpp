@@ -1,14 +1,21 @@
 #include "data/dicom.h"
 
-#include <gdcmAttribute.h>
-#include <gdcmImage.h>
-#include <gdcmImageChangeTransferSyntax.h>
-#include <gdcmImageReader.h>
-#include <gdcmImageWriter.h>
-#include <gdcmReader.h>
-#include <gdcmTrace.h>
-#include <gdcmUIDs.h>
-#include <gdcmWriter.h>
+#include <dcmtk/dcmdata/dcdatset.h>
+#include <dcmtk/dcmdata/dcdeftag.h>
+#include <dcmtk/dcmdata/dcdict.h>
+#include <dcmtk/dcmdata/dcfilefo.h>
+#include <dcmtk/dcmdata/dcistrmb.h>
+#include <dcmtk/dcmdata/dcmetinf.h>
+#include <dcmtk/dcmdata/dcpixel.h>
+#include <dcmtk/dcmdata/dcpixseq.h>
+#include <dcmtk/dcmdata/dcpxitem.h>
+#include <dcmtk/dcmdata/dcrledrg.h>
+#include <dcmtk/dcmdata/dcsequen.h>
+#include <dcmtk/dcmdata/dcuid.h>
+#include <dcmtk/dcmdata/dcxfer.h>
+#include <dcmtk/dcmjpeg/djdecode.h>
+#include <dcmtk/dcmjpls/djdecode.h>
+#include <dcmtk/oflog/oflog.h>
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
@@ -16,45 +23,37 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include "data/dicom_check.h"
+#include "data/dicom_j2k.h"
+#include "data/jpeg_header.h"
 #include "data/pixel_budget.h"
 #include "data/printable.h"
 
-namespace gdcm {
-// The longest value GDCM's ByteValue::SetLength allocates on this thread (scripts/gdcm-patches/
-// value_length_cap.pl: a GDCM built by scripts/gdcm.sh).
-extern thread_local unsigned long long ranzcr_max_value_length;
-}  // namespace gdcm
-
 namespace ranzcr {
-namespace {
 
-const gdcm::Tag kPixelData(0x7fe0, 0x0010), kNumberOfFrames(0x0028, 0x0008), kSopClass(0x0008, 0x0016),
-    kPhotometric(0x0028, 0x0004), kWindowCenter(0x0028, 0x1050), kWindowWidth(0x0028, 0x1051),
-    kVoiFunction(0x0028, 0x1056), kVoiLutSequence(0x0028, 0x3010), kModalityLutSequence(0x0028, 0x3000),
-    kLutDescriptor(0x0028, 0x3002), kLutData(0x0028, 0x3006), kRescaleIntercept(0x0028, 0x1052),
-    kRescaleSlope(0x0028, 0x1053), kRows(0x0028, 0x0010), kColumns(0x0028, 0x0011);
+// DCMTK's decoders (RLE, JPEG baseline/extended/lossless, JPEG-LS) registered once, its log silenced (our
+// messages are one line each), and its data dictionary loaded.
+void init_dicom_library() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    OFLog::configure(OFLogger::FATAL_LOG_LEVEL);
+    DcmRLEDecoderRegistration::registerCodecs();
+    DJDecoderRegistration::registerCodecs();
+    DJLSDecoderRegistration::registerCodecs();
+    (void)dcmDataDict.isDictionaryLoaded();
+  });
+}
+
+namespace {
 
 // `what` quotes values from the file (a SOP class UID, a Number of Frames, ...): escaped and cut to one line.
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
   throw std::runtime_error("DICOM file " + name + ": " + printable(what, 1000));
-}
-
-// GDCM reports problems on stderr by default; ours go into one error line instead.
-void silence_gdcm() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    gdcm::Trace::SetDebug(false);
-    gdcm::Trace::SetWarning(false);
-    gdcm::Trace::SetError(false);
-  });
 }
 
 std::string trim(std::string s) {
@@ -64,202 +63,257 @@ std::string trim(std::string s) {
   return s.substr(b);
 }
 
-// A text element's value (trailing padding removed), "" when absent.
-std::string text(const gdcm::DataSet& ds, const gdcm::Tag& tag) {
-  if (!ds.FindDataElement(tag)) return "";
-  const gdcm::ByteValue* bv = ds.GetDataElement(tag).GetByteValue();
-  return bv ? trim(std::string(bv->GetPointer(), bv->GetLength())) : "";
+// A text element's whole value (every value, backslashes kept; padding removed), "" when absent.
+std::string text(DcmItem& item, const DcmTagKey& tag) {
+  OFString value;
+  if (item.findAndGetOFStringArray(tag, value).bad()) return "";
+  return trim(value.c_str());
 }
 
-// Two bytes in host (little-endian) order: GDCM has swapped a big-endian file's US/SS/OW values.
-uint16_t u16(const char* p) {
-  const auto* b = reinterpret_cast<const unsigned char*>(p);
-  return static_cast<uint16_t>(b[0] | (b[1] << 8));
-}
-
-// A US element's one value, -1 when absent or not 2 bytes.
-int us_value(const gdcm::DataSet& ds, const gdcm::Tag& tag) {
-  if (!ds.FindDataElement(tag)) return -1;
-  const gdcm::ByteValue* bv = ds.GetDataElement(tag).GetByteValue();
-  if (!bv || bv->GetLength() != 2) return -1;
-  return u16(bv->GetPointer());
-}
-
-// GDCM takes a JPEG stream's size when the header says another (for one vendor's files), and swaps the rows
-// and columns of some ACR-NEMA files; we do not guess which is right: the image must be the header's size.
-void check_header_size(const gdcm::DataSet& ds, const gdcm::Image& image, const std::string& name) {
-  const int rows = us_value(ds, kRows), cols = us_value(ds, kColumns);
-  const unsigned int* dims = image.GetDimensions();
-  if (rows < 0 || cols < 0)
-    fail(name, "has no Rows and Columns of one 16-bit value each, expected the image's size");
-  if (static_cast<unsigned int>(cols) != dims[0] || static_cast<unsigned int>(rows) != dims[1])
-    fail(name, "declares " + std::to_string(cols) + " x " + std::to_string(rows) +
-                   " pixels, but its pixel data is " + std::to_string(dims[0]) + " x " +
-                   std::to_string(dims[1]) + ", expected the same size");
-}
-
-void put_text(gdcm::DataSet& ds, const gdcm::Tag& tag, const gdcm::VR& vr, std::string value) {
-  if (value.size() % 2) value += (vr == gdcm::VR::UI ? '\0' : ' ');
-  gdcm::DataElement de(tag);
-  de.SetVR(vr);
-  de.SetByteValue(value.data(), static_cast<uint32_t>(value.size()));
-  ds.Replace(de);
+std::string tag_name(const DcmTagKey& tag) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04x|%04x", tag.getGroup(), tag.getElement());
+  return buf;
 }
 
 // The values of a multi-valued decimal string (DS), e.g. Window Center "40\400".
-std::vector<double> decimals(const gdcm::DataSet& ds, const gdcm::Tag& tag, const std::string& name) {
+std::vector<double> decimals(DcmItem& item, const DcmTagKey& tag, const std::string& name) {
   std::vector<double> out;
-  std::stringstream in(text(ds, tag));
-  for (std::string item; std::getline(in, item, '\\');) {
-    item = trim(item);
+  std::stringstream in(text(item, tag));
+  for (std::string value; std::getline(in, value, '\\');) {
+    value = trim(value);
     char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0' || !std::isfinite(v))
-      fail(name, "element " + tag.PrintAsPipeSeparatedString() + " holds '" + item + "', expected a number");
+    const double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !std::isfinite(v))
+      fail(name, "element " + tag_name(tag) + " holds '" + value + "', expected a number");
     out.push_back(v);
   }
   return out;
 }
 
-std::string transfer_syntax_name(const gdcm::TransferSyntax& ts) {
-  const char* uid = gdcm::TransferSyntax::GetTSString(ts);
-  gdcm::UIDs u;
-  if (uid && u.SetFromUID(uid) && u.GetName()) return std::string(u.GetName()) + " (" + uid + ")";
-  return uid ? uid : "unknown transfer syntax";
+std::string transfer_syntax_name(E_TransferSyntax xfer) {
+  const DcmXfer x(xfer);
+  return std::string(x.getXferName()) + " (" + x.getXferID() + ")";
 }
 
 // The SOP class of a data set ((0008,0016)) or of a file meta group ((0002,0002)).
-std::string sop_class_name(const gdcm::DataSet& ds) {
-  std::string uid = text(ds, kSopClass);
-  if (uid.empty()) uid = text(ds, gdcm::Tag(0x0002, 0x0002));
-  gdcm::UIDs u;
-  if (!uid.empty() && u.SetFromUID(uid.c_str()) && u.GetName()) return u.GetName();
-  return uid.empty() ? "no SOP class" : uid;
+std::string sop_class_name(DcmItem& item, const DcmTagKey& tag) {
+  const std::string uid = text(item, tag);
+  if (uid.empty()) return "no SOP class";
+  const char* known = dcmFindNameOfUID(uid.c_str());
+  return known ? known : uid;
+}
+
+// A US element's one value, -1 when absent or not one 16-bit value.
+int us_value(DcmItem& item, const DcmTagKey& tag) {
+  Uint16 v = 0;
+  return item.findAndGetUint16(tag, v).good() ? v : -1;
 }
 
 // Refuses, from the header alone, what is not one greyscale frame, naming what the file holds instead.
-// Runs before GDCM builds the image: some malformed values (a Number of Frames of "1A") trip its asserts.
-void check_header(const gdcm::DataSet& ds, const std::string& name) {
-  const std::string frames = text(ds, kNumberOfFrames);
+void check_header(DcmDataset& ds, const std::string& name) {
+  const std::string frames = text(ds, DCM_NumberOfFrames);
   char* end = nullptr;
   const long n = frames.empty() ? 1 : std::strtol(frames.c_str(), &end, 10);
   if (!frames.empty() && (*end != '\0' || n < 0))
     fail(name, "has Number of Frames '" + frames + "', expected a whole number");
   if (n > 1) fail(name, "is a multi-frame image (" + frames + " frames), expected a single frame");
-  const std::string pi = text(ds, kPhotometric);
+  const std::string pi = text(ds, DCM_PhotometricInterpretation);
   if (!pi.empty() && pi != "MONOCHROME1" && pi != "MONOCHROME2")
     fail(name, "is a colour image (" + pi + "), expected greyscale (MONOCHROME1 or MONOCHROME2)");
+  const int samples = us_value(ds, DCM_SamplesPerPixel);
+  if (samples > 1)
+    fail(name, "has " + std::to_string(samples) + " samples per pixel, expected 1 (greyscale)");
 }
 
-// A file GDCM's parser gives up on: with the DICM preamble it is DICOM, just not readable.
-[[noreturn]] void unparsable(const std::vector<unsigned char>& bytes, const std::string& name) {
-  if (has_dicom_preamble(bytes.data(), bytes.size()))
-    fail(name,
-         "cannot be parsed (a DICOM preamble, then data GDCM cannot read: corrupt, truncated or malformed)");
-  fail(name, "cannot be read (not DICOM, corrupt or truncated)");
-}
-
-// Why GDCM could not read the file as an image: it does not parse, holds no pixel data, or holds pixel
-// data GDCM cannot make an image of.
-[[noreturn]] void explain_unreadable(const std::vector<unsigned char>& bytes, const std::string& name) {
-  std::istringstream in(std::string(bytes.begin(), bytes.end()));
-  gdcm::Reader whole;
-  whole.SetStream(in);
-  if (!whole.Read()) unparsable(bytes, name);
-  const gdcm::File& file = whole.GetFile();
-  const gdcm::DataSet& ds = file.GetDataSet();
-  if (!ds.FindDataElement(kPixelData)) {
-    std::string sop = sop_class_name(ds);
-    if (sop == "no SOP class") sop = sop_class_name(file.GetHeader());  // e.g. a DICOMDIR: only in the meta
-    fail(name, "holds no pixel data (" + sop + "), expected an image");
+// The pixel format the header declares, checked.
+struct PixelFormat {
+  int cols = 0, rows = 0, allocated = 0, stored = 0;
+  bool is_signed = false;
+  size_t bytes() const {  // of one frame
+    const size_t count = static_cast<size_t>(rows) * cols;
+    return allocated == 1 ? (count + 7) / 8 : count * static_cast<size_t>(allocated / 8);
   }
-  fail(name, "holds pixel data GDCM cannot read as an image (" +
-                 transfer_syntax_name(file.GetHeader().GetDataSetTransferSyntax()) + ")");
+};
+
+PixelFormat pixel_format(DcmDataset& ds, size_t file_size, const std::string& name) {
+  PixelFormat f;
+  f.rows = us_value(ds, DCM_Rows);
+  f.cols = us_value(ds, DCM_Columns);
+  if (f.rows < 0 || f.cols < 0)
+    fail(name, "has no Rows and Columns of one 16-bit value each, expected the image's size");
+  const std::string problem = pixel_count_problem(f.cols, f.rows, file_size);
+  if (!problem.empty()) fail(name, problem);
+  f.allocated = us_value(ds, DCM_BitsAllocated);
+  f.stored = us_value(ds, DCM_BitsStored);
+  f.is_signed = us_value(ds, DCM_PixelRepresentation) == 1;
+  if (f.allocated != 1 && f.allocated != 8 && f.allocated != 16 && f.allocated != 32)
+    fail(name, "has " + std::to_string(f.allocated) + " bits allocated per pixel, expected 1, 8, 16 or 32");
+  if (f.stored < 1 || f.stored > f.allocated)
+    fail(name,
+         "has " + std::to_string(f.stored) + " bits stored of " + std::to_string(f.allocated) + " allocated");
+  return f;
 }
 
-// GDCM reads the frame count of multi-frame SOP classes (RT Dose, XA, NM, enhanced CT/MR, ...) from Number
-// of Frames and asserts when it is absent. Such a file holds one frame: it is read again with Number of
-// Frames 1 (with_one_frame). Classes GDCM reads as 2-D need no count.
-bool lacks_frame_count(const gdcm::DataSet& ds) {
-  static const std::set<std::string> kTwoDimensional = {
-      "1.2.840.10008.5.1.4.1.1.1",     "1.2.840.10008.5.1.4.1.1.1.1",   "1.2.840.10008.5.1.4.1.1.1.1.1",
-      "1.2.840.10008.5.1.4.1.1.1.2",   "1.2.840.10008.5.1.4.1.1.1.2.1", "1.2.840.10008.5.1.4.1.1.1.3",
-      "1.2.840.10008.5.1.4.1.1.1.3.1", "1.2.840.10008.5.1.4.1.1.2",     "1.2.840.10008.5.1.4.1.1.4",
-      "1.2.840.10008.5.1.4.1.1.7"};  // CR, DX, MG, IO (for presentation / processing), CT, MR, SC
-  return !ds.FindDataElement(kNumberOfFrames) && !kTwoDimensional.count(text(ds, kSopClass));
+// The encapsulated frame's fragments (after the basic offset table), joined: one frame's stream.
+std::vector<unsigned char> frame_stream(DcmPixelData& pixels, const std::string& name) {
+  E_TransferSyntax xfer = EXS_Unknown;
+  const DcmRepresentationParameter* parameter = nullptr;
+  pixels.getOriginalRepresentationKey(xfer, parameter);
+  DcmPixelSequence* sequence = nullptr;
+  if (pixels.getEncapsulatedRepresentation(xfer, parameter, sequence).bad() || !sequence)
+    fail(name, "has compressed pixel data that is not encapsulated");
+  std::vector<unsigned char> stream;
+  for (unsigned long i = 1; i < sequence->card(); ++i) {
+    DcmPixelItem* item = nullptr;
+    Uint8* data = nullptr;
+    if (sequence->getItem(item, i).bad() || !item || item->getUint8Array(data).bad()) continue;
+    if (data) stream.insert(stream.end(), data, data + item->getLength());
+  }
+  if (stream.empty()) fail(name, "has compressed pixel data without a fragment");
+  return stream;
 }
 
-void check_not_truncated(const gdcm::File& file, size_t file_size, const std::string& name);
-
-std::string with_one_frame(std::istream& in, size_t file_size, const std::string& name) {
-  gdcm::Reader whole;
-  whole.SetStream(in);
-  if (!whole.Read()) fail(name, "cannot be read (not DICOM, corrupt or truncated)");
-  check_not_truncated(whole.GetFile(), file_size, name);
-  put_text(whole.GetFile().GetDataSet(), kNumberOfFrames, gdcm::VR::IS, "1");
-  std::ostringstream out;
-  gdcm::Writer writer;
-  writer.SetStream(out);
-  writer.SetFile(whole.GetFile());
-  if (!writer.Write()) fail(name, "cannot be read (not DICOM, corrupt or truncated)");
-  return out.str();
+// A JPEG 2000 frame, decoded by OpenJPEG.
+std::vector<unsigned char> j2k_frame(DcmPixelData& pixels, const PixelFormat& f, const std::string& name) {
+  if (f.allocated != 8 && f.allocated != 16)
+    fail(name,
+         "has JPEG 2000 pixel data of " + std::to_string(f.allocated) + " bits allocated, expected 8 or 16");
+  const std::vector<unsigned char> stream = frame_stream(pixels, name);
+  std::vector<unsigned char> out;
+  const std::string problem =
+      detail::decode_j2k(stream.data(), stream.size(), f.cols, f.rows, f.allocated, &out);
+  if (!problem.empty()) fail(name, problem);
+  return out;
 }
 
-// An uncompressed file shorter than its elements declare is truncated: GDCM reads the missing pixel
-// bytes as zeros ("Incomplete Pixel Data"), so compare the file's size with the declared lengths.
-void check_not_truncated(const gdcm::File& file, size_t file_size, const std::string& name) {
-  const gdcm::TransferSyntax ts = file.GetHeader().GetDataSetTransferSyntax();
-  if (ts.IsEncapsulated() || ts == gdcm::TransferSyntax::DeflatedExplicitVRLittleEndian) return;
-  const gdcm::DataSet& ds = file.GetDataSet();
-  const uint64_t body = ts.GetNegociatedType() == gdcm::TransferSyntax::Implicit
-                            ? static_cast<uint64_t>(ds.GetLength<gdcm::ImplicitDataElement>())
-                            : static_cast<uint64_t>(ds.GetLength<gdcm::ExplicitDataElement>());
-  // GetFullLength: the preamble and "DICM" when present, and the file meta group.
-  const uint64_t declared = static_cast<uint64_t>(file.GetHeader().GetFullLength()) + body;
-  if (file_size < declared)
-    fail(name, "is truncated (" + std::to_string(file_size) + " bytes, its elements declare " +
-                   std::to_string(declared) + ")");
+// Structures a decoder may trust too far, refused whatever decodes the image (GDCM 3.0.21 wrote or read
+// out of bounds on both: CVE-2024-22391, CVE-2025-52582), although we use neither.
+//
+// Every palette colour LUT, in any item (an icon's too), holds what its descriptor declares.
+void check_palettes(DcmItem& item, const std::string& name, int depth = 0) {
+  static const std::pair<DcmTagKey, DcmTagKey> kLuts[] = {
+      {DCM_RedPaletteColorLookupTableDescriptor, DCM_RedPaletteColorLookupTableData},
+      {DCM_GreenPaletteColorLookupTableDescriptor, DCM_GreenPaletteColorLookupTableData},
+      {DCM_BluePaletteColorLookupTableDescriptor, DCM_BluePaletteColorLookupTableData}};
+  for (const auto& [descriptor, data] : kLuts) {
+    if (!item.tagExists(descriptor)) continue;
+    const Uint16* d = nullptr;
+    unsigned long n = 0;
+    DcmElement* values = nullptr;
+    if (item.findAndGetUint16Array(descriptor, d, &n).bad() || n != 3 ||
+        item.findAndGetElement(data, values).bad())
+      fail(name, "has a palette colour LUT without a 3-value descriptor and its data (" +
+                     tag_name(descriptor) + ")");
+    const size_t entries = d[0] == 0 ? 65536 : d[0], bytes = values->getLength();
+    const bool fits = bytes == 2 * entries || (d[2] <= 8 && (bytes == entries || bytes == entries + 1));
+    if ((d[2] != 8 && d[2] != 16) || !fits)
+      fail(name, "has a palette colour LUT (" + tag_name(descriptor) + ") declaring " +
+                     std::to_string(entries) + " entries of " + std::to_string(d[2]) + " bits with " +
+                     std::to_string(bytes) + " bytes of data, expected data for every entry");
+  }
+  if (depth >= 16) return;  // dicom_check.cpp refused deeper nesting already
+  for (unsigned long i = 0; i < item.card(); ++i) {
+    auto* sequence = dynamic_cast<DcmSequenceOfItems*>(item.getElement(i));
+    for (unsigned long j = 0; sequence && j < sequence->card(); ++j)
+      if (DcmItem* nested = sequence->getItem(j)) check_palettes(*nested, name, depth + 1);
+  }
+}
+
+// An overlay kept in the unused high bits of the pixel data (no Overlay Data; retired since 2004) is the
+// image's size and lies in those bits.
+void check_overlays(DcmDataset& ds, const PixelFormat& f, const std::string& name) {
+  for (Uint16 group = 0x6000; group <= 0x601E; group += 2) {
+    Uint16 rows = 0, cols = 0, bit = 0;
+    if (ds.findAndGetUint16(DcmTagKey(group, 0x0010), rows).bad() || ds.tagExists(DcmTagKey(group, 0x3000)))
+      continue;
+    ds.findAndGetUint16(DcmTagKey(group, 0x0011), cols);
+    ds.findAndGetUint16(DcmTagKey(group, 0x0102), bit);
+    char g[8];
+    std::snprintf(g, sizeof g, "%04x", group);
+    if (rows != f.rows || cols != f.cols)
+      fail(name, std::string("has an overlay (group ") + g + ") in the unused bits of its pixel data of " +
+                     std::to_string(cols) + " x " + std::to_string(rows) + " pixels, the image is " +
+                     std::to_string(f.cols) + " x " + std::to_string(f.rows) + ", expected the same size");
+    if (bit < f.stored || bit >= f.allocated)
+      fail(name, std::string("has an overlay (group ") + g + ") in the pixel data at bit " +
+                     std::to_string(bit) + ", expected one of the unused bits " + std::to_string(f.stored) +
+                     " to " + std::to_string(f.allocated - 1));
+  }
+}
+
+// JPEG processes (1.2.840.10008.1.2.4.50 to .70) and JPEG-LS (.80, .81).
+bool is_jpeg_or_jpeg_ls(E_TransferSyntax xfer) {
+  const std::string id = DcmXfer(xfer).getXferID(), prefix = "1.2.840.10008.1.2.4.";
+  if (id.compare(0, prefix.size(), prefix) != 0) return false;
+  const int n = std::atoi(id.c_str() + prefix.size());
+  return n >= 50 && n <= 89;
+}
+
+// A JPEG or JPEG-LS frame's own size (its SOF marker) must be the header's: DCMTK decodes a smaller stream
+// into the header's buffer and leaves the rest as it was. We do not guess which size is right.
+void check_jpeg_frame_size(DcmPixelData& pixels, const PixelFormat& f, const std::string& name) {
+  const std::vector<unsigned char> stream = frame_stream(pixels, name);
+  int width = 0, height = 0;
+  if (!jpeg_frame_size(stream.data(), stream.size(), &width, &height))
+    fail(name, "has JPEG pixel data without a frame header (SOF marker)");
+  if (width != f.cols || height != f.rows)
+    fail(name, "declares " + std::to_string(f.cols) + " x " + std::to_string(f.rows) +
+                   " pixels, but its pixel data is " + std::to_string(width) + " x " +
+                   std::to_string(height) + ", expected the same size");
+}
+
+// The frame's pixel data as uncompressed pixel data would hold it (little endian), decoded when encapsulated.
+std::vector<unsigned char> frame_bytes(DcmDataset& ds, const PixelFormat& f, const std::string& name) {
+  const E_TransferSyntax xfer = ds.getOriginalXfer();
+  DcmElement* element = nullptr;
+  if (ds.findAndGetElement(DCM_PixelData, element).bad() || !element) fail(name, "holds no pixel data");
+  auto* pixels = dynamic_cast<DcmPixelData*>(element);
+  if (!pixels) fail(name, "has a Pixel Data element DCMTK cannot read as pixels");
+  if (xfer == EXS_JPEG2000LosslessOnly || xfer == EXS_JPEG2000) return j2k_frame(*pixels, f, name);
+  if (DcmXfer(xfer).isEncapsulated()) {
+    if (is_jpeg_or_jpeg_ls(xfer)) check_jpeg_frame_size(*pixels, f, name);
+    const OFCondition st = ds.chooseRepresentation(EXS_LittleEndianExplicit, nullptr);
+    if (st.bad())
+      fail(name, "its pixel data cannot be decoded (truncated, corrupt, or " + transfer_syntax_name(xfer) +
+                     " not supported: " + st.text() + ")");
+  }
+  Uint8* data = nullptr;  // DCMTK gives OW values back in little-endian byte order here
+  if (pixels->getUint8Array(data).bad() || (!data && f.bytes() > 0))
+    fail(name, "its pixel data cannot be read (" + transfer_syntax_name(xfer) + ")");
+  const size_t have = pixels->getLength();
+  if (have < f.bytes())
+    fail(name, "holds " + std::to_string(have) + " bytes of pixel data, its " + std::to_string(f.cols) +
+                   " x " + std::to_string(f.rows) + " pixels of " + std::to_string(f.allocated) +
+                   " bits need " + std::to_string(f.bytes()));
+  std::vector<unsigned char> out(data, data + f.bytes());
+  // A big-endian file's 32-bit pixels come back swapped as two 16-bit halves (checked against pydicom).
+  if (f.allocated == 32 && xfer == EXS_BigEndianExplicit)
+    for (size_t i = 0; i + 3 < out.size(); i += 4) {
+      std::swap(out[i], out[i + 2]);
+      std::swap(out[i + 1], out[i + 3]);
+    }
+  return out;
 }
 
 // The stored values as CV_32FC1, masked to Bits Stored and sign-extended when signed. 1-bit images are
-// unpacked (least significant bit first). Compressed pixel data is decoded into buffers sized by the header,
-// so the header's size is checked against the file's (pixel_budget.h) before GDCM or we allocate them.
-cv::Mat stored_values(const gdcm::Image& image, size_t file_size, const std::string& name) {
-  const unsigned int* dims = image.GetDimensions();
-  const std::string problem = pixel_count_problem(dims[0], dims[1], file_size);
-  if (!problem.empty()) fail(name, problem);
-  const int cols = static_cast<int>(dims[0]), rows = static_cast<int>(dims[1]);
-  const gdcm::PixelFormat pf = image.GetPixelFormat();
-  const int allocated = pf.GetBitsAllocated(), stored = pf.GetBitsStored();
-  const bool is_signed = pf.GetPixelRepresentation() == 1;
-  if (allocated != 1 && allocated != 8 && allocated != 16 && allocated != 32)
-    fail(name, "has " + std::to_string(allocated) + " bits allocated per pixel, expected 1, 8, 16 or 32");
-  if (stored < 1 || stored > allocated)
-    fail(name,
-         "has " + std::to_string(stored) + " bits stored of " + std::to_string(allocated) + " allocated");
-  const size_t count = static_cast<size_t>(rows) * cols;
-  std::vector<char> buf(image.GetBufferLength());
-  const size_t need = allocated == 1 ? (count + 7) / 8 : count * (allocated / 8);
-  if (buf.size() < need || !image.GetBuffer(buf.data()))
-    fail(name, "its pixel data cannot be decoded (truncated, corrupt, or " +
-                   transfer_syntax_name(image.GetTransferSyntax()) + " not supported)");
-  // GDCM swaps big-endian 32-bit pixels as two 16-bit halves (checked against pydicom): swap them back.
-  if (allocated == 32 && image.GetTransferSyntax() == gdcm::TransferSyntax::ExplicitVRBigEndian) {
-    auto* words = reinterpret_cast<uint32_t*>(buf.data());
-    for (size_t i = 0; i < count; ++i) words[i] = (words[i] << 16) | (words[i] >> 16);
-  }
-  cv::Mat out(rows, cols, CV_32F);
+// unpacked (least significant bit first).
+cv::Mat stored_values(const std::vector<unsigned char>& buf, const PixelFormat& f) {
+  cv::Mat out(f.rows, f.cols, CV_32F);
   float* dst = out.ptr<float>();
-  const uint64_t mask = stored >= 32 ? 0xFFFFFFFFull : ((1ull << stored) - 1);
+  const size_t count = static_cast<size_t>(f.rows) * f.cols;
+  const uint64_t mask = f.stored >= 32 ? 0xFFFFFFFFull : ((1ull << f.stored) - 1);
   for (size_t i = 0; i < count; ++i) {
     uint64_t raw = 0;
-    if (allocated == 1) raw = (static_cast<unsigned char>(buf[i / 8]) >> (i % 8)) & 1u;
-    if (allocated == 8) raw = static_cast<unsigned char>(buf[i]);
-    if (allocated == 16) raw = reinterpret_cast<const uint16_t*>(buf.data())[i];
-    if (allocated == 32) raw = reinterpret_cast<const uint32_t*>(buf.data())[i];
+    if (f.allocated == 1) raw = (buf[i / 8] >> (i % 8)) & 1u;
+    if (f.allocated == 8) raw = buf[i];
+    if (f.allocated == 16) raw = buf[2 * i] | (uint64_t{buf[2 * i + 1]} << 8);
+    if (f.allocated == 32)
+      raw = buf[4 * i] | (uint64_t{buf[4 * i + 1]} << 8) | (uint64_t{buf[4 * i + 2]} << 16) |
+            (uint64_t{buf[4 * i + 3]} << 24);
     raw &= mask;
     int64_t v = static_cast<int64_t>(raw);
-    if (is_signed && (raw >> (stored - 1)) & 1u) v -= static_cast<int64_t>(1) << stored;
+    if (f.is_signed && (raw >> (f.stored - 1)) & 1u) v -= static_cast<int64_t>(1) << f.stored;
     dst[i] = static_cast<float>(v);
   }
   return out;
@@ -272,29 +326,34 @@ struct Lut {
   std::vector<float> data;
 };
 
-// GDCM has already swapped the US/SS/OW values of a big-endian file to host (little-endian) order.
-Lut read_lut(const gdcm::DataSet& item, bool signed_first, const std::string& name) {
-  const gdcm::ByteValue* desc =
-      item.FindDataElement(kLutDescriptor) ? item.GetDataElement(kLutDescriptor).GetByteValue() : nullptr;
-  const gdcm::ByteValue* data =
-      item.FindDataElement(kLutData) ? item.GetDataElement(kLutData).GetByteValue() : nullptr;
-  if (!desc || desc->GetLength() != 6 || !data) fail(name, "has a LUT without a 3-value descriptor or data");
-  const char* d = desc->GetPointer();
+// DCMTK has swapped the US/SS/OW values of a big-endian file to host (little-endian) order.
+Lut read_lut(DcmItem& item, bool signed_first, const std::string& name) {
+  const Uint16* desc = nullptr;
+  unsigned long desc_count = 0;
+  DcmElement* data = nullptr;
+  if (item.findAndGetUint16Array(DCM_LUTDescriptor, desc, &desc_count).bad() || desc_count != 3 ||
+      item.findAndGetElement(DCM_LUTData, data).bad() || !data)
+    fail(name, "has a LUT without a 3-value descriptor or data");
   Lut lut;
-  const size_t entries = u16(d) == 0 ? 65536 : u16(d);
-  lut.first = signed_first ? static_cast<int16_t>(u16(d + 2)) : u16(d + 2);
-  lut.bits = u16(d + 4);
+  const size_t entries = desc[0] == 0 ? 65536 : desc[0];
+  lut.first = signed_first ? static_cast<int16_t>(desc[1]) : desc[1];
+  lut.bits = desc[2];
   if (lut.bits < 1 || lut.bits > 16)
     fail(name, "has a LUT of " + std::to_string(lut.bits) + " bits, expected 1 to 16");
-  const size_t bytes = data->GetLength();
+  const size_t bytes = data->getLength();
+  Uint16* words = nullptr;
+  Uint8* raw = nullptr;
+  if (data->getUint16Array(words).bad()) words = nullptr;
+  if (!words && data->getUint8Array(raw).bad()) raw = nullptr;
+  const auto* b = words ? reinterpret_cast<const unsigned char*>(words) : raw;
+  if (!b && bytes > 0) fail(name, "has LUT data DCMTK cannot read");
   const bool packed8 = lut.bits <= 8 && (bytes == entries || bytes == entries + 1);
   if (!packed8 && bytes < 2 * entries)
     fail(name, "has a LUT of " + std::to_string(entries) + " entries with " + std::to_string(bytes) +
                    " bytes of data");
   lut.data.resize(entries);
   for (size_t i = 0; i < entries; ++i)
-    lut.data[i] =
-        packed8 ? static_cast<unsigned char>(data->GetPointer()[i]) : u16(data->GetPointer() + 2 * i);
+    lut.data[i] = packed8 ? b[i] : static_cast<float>(b[2 * i] | (b[2 * i + 1] << 8));
   return lut;
 }
 
@@ -306,13 +365,10 @@ void apply_lut(cv::Mat& values, const Lut& lut) {
   }
 }
 
-// A copy of the first item of a LUT sequence, or nullopt. A copy: for a sequence GDCM kept as bytes
-// (implicit VR, defined length) GetValueAsSQ parses a new sequence that only `sq` owns.
-std::optional<gdcm::DataSet> first_item(const gdcm::DataSet& ds, const gdcm::Tag& tag) {
-  if (!ds.FindDataElement(tag)) return std::nullopt;
-  gdcm::SmartPointer<gdcm::SequenceOfItems> sq = ds.GetDataElement(tag).GetValueAsSQ();
-  if (!sq || sq->GetNumberOfItems() == 0) return std::nullopt;
-  return sq->GetItem(1).GetNestedDataSet();
+// The first item of a LUT sequence, or nullptr.
+DcmItem* first_item(DcmItem& ds, const DcmTagKey& tag) {
+  DcmItem* item = nullptr;
+  return ds.findAndGetSequenceItem(tag, item, 0).good() ? item : nullptr;
 }
 
 // Maps values to [0, 1] linearly from [lo, hi], clipped; a flat image maps to 0.
@@ -350,16 +406,16 @@ void apply_window(cv::Mat& values, double c, double w, const std::string& functi
 
 // `signed_first`: the LUT Descriptor's first mapped value is SS, as PS3.3 C.11.2.1.1 has it when Pixel
 // Representation is 1 (also after a Modality LUT, whose output is unsigned; pydicom reads it the same way).
-void apply_file_voi(cv::Mat& values, const gdcm::DataSet& ds, bool signed_first, const std::string& name) {
-  if (const std::optional<gdcm::DataSet> item = first_item(ds, kVoiLutSequence)) {
+void apply_file_voi(cv::Mat& values, DcmDataset& ds, bool signed_first, const std::string& name) {
+  if (DcmItem* item = first_item(ds, DCM_VOILUTSequence)) {
     const Lut lut = read_lut(*item, signed_first, name);
     apply_lut(values, lut);
     values.convertTo(values, CV_32F, 1.0 / (std::pow(2.0, lut.bits) - 1.0));
     return;
   }
-  const std::vector<double> centers = decimals(ds, kWindowCenter, name),
-                            widths = decimals(ds, kWindowWidth, name);
-  const std::string function = text(ds, kVoiFunction);
+  const std::vector<double> centers = decimals(ds, DCM_WindowCenter, name),
+                            widths = decimals(ds, DCM_WindowWidth, name);
+  const std::string function = text(ds, DCM_VOILUTFunction);
   if (!function.empty() && function != "LINEAR" && function != "LINEAR_EXACT" && function != "SIGMOID")
     fail(name, "has VOI LUT Function '" + function + "', expected LINEAR, LINEAR_EXACT or SIGMOID");
   if (!centers.empty() && !widths.empty()) return apply_window(values, centers[0], widths[0], function, name);
@@ -368,12 +424,101 @@ void apply_file_voi(cv::Mat& values, const gdcm::DataSet& ds, bool signed_first,
   stretch(values, lo, hi);
 }
 
-// Rescale Slope/Intercept as the file gives them (GDCM's image may override them for some modalities).
-void apply_rescale(cv::Mat& values, const gdcm::DataSet& ds, const std::string& name) {
-  const std::vector<double> slope = decimals(ds, kRescaleSlope, name),
-                            intercept = decimals(ds, kRescaleIntercept, name);
+// Rescale Slope/Intercept as the file gives them.
+void apply_rescale(cv::Mat& values, DcmDataset& ds, const std::string& name) {
+  const std::vector<double> slope = decimals(ds, DCM_RescaleSlope, name),
+                            intercept = decimals(ds, DCM_RescaleIntercept, name);
   const double s = slope.empty() ? 1.0 : slope[0], b = intercept.empty() ? 0.0 : intercept[0];
   if (s != 1.0 || b != 0.0) values.convertTo(values, CV_32F, s, b);
+}
+
+// The file's bytes as a stream that DCMTK can reopen at an offset. DCMTK allocates a value's declared
+// length before it reads the value; with a reopenable stream it instead skips any value longer than
+// kDeferredLength (a skip past the end is a read error) and loads it when it is used, so no value the bytes
+// do not hold is ever allocated. (A DcmInputBufferStream cannot be reopened.) A deflated data set is read
+// whole, as before: its values' lengths lie in the compressed stream (dicom_check.cpp bounds it at 1032 times
+// the file, deflate's limit).
+class MemoryStream : public DcmInputBufferStream {
+ public:
+  MemoryStream(const unsigned char* data, size_t size, size_t offset)
+      : data_(data), size_(size), offset_(offset) {
+    if (offset < size) setBuffer(data + offset, static_cast<offile_off_t>(size - offset));
+    setEos();
+  }
+  DcmInputStreamFactory* newFactory() const override {
+    if (inflating_) return nullptr;  // positions in an inflated stream are not offsets into `data_`
+    return new Factory(data_, size_, offset_ + static_cast<size_t>(tell()));
+  }
+  OFCondition installCompressionFilter(E_StreamCompression filter) override {
+    inflating_ = true;
+    return DcmInputBufferStream::installCompressionFilter(filter);
+  }
+
+ private:
+  class Factory : public DcmInputStreamFactory {
+   public:
+    Factory(const unsigned char* data, size_t size, size_t offset)
+        : data_(data), size_(size), offset_(offset) {}
+    DcmInputStream* create() const override { return new MemoryStream(data_, size_, offset_); }
+    DcmInputStreamFactory* clone() const override { return new Factory(*this); }
+    DcmInputStreamFactoryType ident() const override { return DFT_DcmInputFileStreamFactory; }
+
+   private:
+    const unsigned char* data_;
+    size_t size_, offset_;
+  };
+  const unsigned char* data_;
+  size_t size_, offset_;
+  bool inflating_ = false;
+};
+
+constexpr Uint32 kDeferredLength = 4096;
+
+// Parses the whole file; a file DCMTK cannot parse is one line, and with the DICM preamble it is DICOM,
+// just not readable. `bytes` must outlive `file` (its long values are read from them when used).
+void parse(const std::vector<unsigned char>& bytes, const std::string& name, DcmFileFormat& file) {
+  MemoryStream in(bytes.data(), bytes.size(), 0);
+  file.transferInit();
+  const OFCondition st = file.read(in, EXS_Unknown, EGL_noChange, kDeferredLength);
+  file.transferEnd();
+  if (st.good()) return;
+  if (has_dicom_preamble(bytes.data(), bytes.size()))
+    fail(name,
+         std::string("cannot be parsed (a DICOM preamble, then data DCMTK cannot read: ") + st.text() + ")");
+  fail(name, std::string("cannot be read (not DICOM, corrupt or truncated: ") + st.text() + ")");
+}
+
+cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window) {
+  init_dicom_library();
+  check_dicom_lengths(bytes.data(), bytes.size(), name);  // before DCMTK allocates what the file declares
+  DcmFileFormat file;
+  parse(bytes, name, file);
+  DcmDataset& ds = *file.getDataset();
+  if (!ds.tagExists(DCM_PixelData)) {
+    std::string sop = sop_class_name(ds, DCM_SOPClassUID);
+    if (sop == "no SOP class") sop = sop_class_name(*file.getMetaInfo(), DCM_MediaStorageSOPClassUID);
+    fail(name, "holds no pixel data (" + sop + "), expected an image");
+  }
+  check_header(ds, name);
+  const PixelFormat f = pixel_format(ds, bytes.size(), name);
+  check_palettes(ds, name);
+  check_overlays(ds, f, name);
+  cv::Mat values = stored_values(frame_bytes(ds, f, name), f);
+  if (DcmItem* modality_lut = first_item(ds, DCM_ModalityLUTSequence))
+    apply_lut(values, read_lut(*modality_lut, f.is_signed, name));
+  else
+    apply_rescale(values, ds, name);
+  if (window == DicomWindow::kFile) {
+    apply_file_voi(values, ds, f.is_signed, name);
+  } else if (window == DicomWindow::kPercentile) {
+    stretch(values, percentile(values, 0.01), percentile(values, 0.99));
+  } else {
+    double lo = 0, hi = 0;
+    cv::minMaxLoc(values, &lo, &hi);
+    stretch(values, lo, hi);
+  }
+  if (text(ds, DCM_PhotometricInterpretation) == "MONOCHROME1") values.convertTo(values, CV_32F, -1.0, 1.0);
+  return values;
 }
 
 }  // namespace
@@ -391,86 +536,6 @@ bool has_dicom_extension(const std::string& path) {
   return ends(".dcm") || ends(".dicom");
 }
 
-namespace {
-
-// gdcm::ranzcr_max_value_length (scripts/gdcm-patches/value_length_cap.pl) for this thread while a file
-// is parsed: GDCM refuses any value longer than the file can hold. Lifted while the pixel data is
-// decoded, whose output may be larger than the file, and restored after it: GDCM parses a LUT sequence it
-// kept as bytes only when asked for it (GetValueAsSQ).
-class ValueLengthCap {
- public:
-  explicit ValueLengthCap(unsigned long long n) : n_(n) { restore(); }
-  ~ValueLengthCap() { lift(); }
-  void lift() { gdcm::ranzcr_max_value_length = ~0ULL; }
-  void restore() { gdcm::ranzcr_max_value_length = n_; }
-  ValueLengthCap(const ValueLengthCap&) = delete;
-  ValueLengthCap& operator=(const ValueLengthCap&) = delete;
-
- private:
-  unsigned long long n_;
-};
-
-cv::Mat decode(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window) {
-  silence_gdcm();
-  // Before GDCM allocates what the file declares: our walk of its lengths, and a cap on any value GDCM's
-  // own re-reads under other interpretations would allocate.
-  ValueLengthCap cap(check_dicom_lengths(bytes.data(), bytes.size(), name));
-  std::istringstream in(std::string(bytes.begin(), bytes.end()));
-  {
-    gdcm::Reader header;
-    header.SetStream(in);
-    if (!header.ReadUpToTag(kPixelData)) {  // no pixel data: the whole file must parse to say so
-      in.clear();
-      in.seekg(0);
-      explain_unreadable(bytes, name);
-    }
-    check_header(header.GetFile().GetDataSet(), name);
-    if (lacks_frame_count(header.GetFile().GetDataSet())) {
-      in.clear();
-      in.seekg(0);
-      in.str(with_one_frame(in, bytes.size(), name));
-    }
-  }
-  in.clear();
-  in.seekg(0);
-  gdcm::ImageReader reader;
-  reader.SetStream(in);
-  if (!reader.Read()) explain_unreadable(bytes, name);
-  const gdcm::DataSet& ds = reader.GetFile().GetDataSet();
-  const gdcm::Image& image = reader.GetImage();
-  if (image.GetNumberOfDimensions() > 2 && image.GetDimensions()[2] > 1)
-    fail(name, "is a multi-frame image (" + std::to_string(image.GetDimensions()[2]) +
-                   " frames), expected a single frame");
-  if (image.GetPixelFormat().GetSamplesPerPixel() != 1)
-    fail(name, "has " + std::to_string(image.GetPixelFormat().GetSamplesPerPixel()) +
-                   " samples per pixel, expected 1 (greyscale)");
-  check_not_truncated(reader.GetFile(), in.str().size(), name);
-  check_header_size(ds, image, name);
-  cap.lift();
-  cv::Mat values = stored_values(image, bytes.size(), name);
-  cap.restore();
-  const bool signed_pixels = image.GetPixelFormat().GetPixelRepresentation() == 1;
-  const std::optional<gdcm::DataSet> modality_lut = first_item(ds, kModalityLutSequence);
-  if (modality_lut)
-    apply_lut(values, read_lut(*modality_lut, signed_pixels, name));
-  else
-    apply_rescale(values, ds, name);
-  if (window == DicomWindow::kFile) {
-    apply_file_voi(values, ds, signed_pixels, name);
-  } else if (window == DicomWindow::kPercentile) {
-    stretch(values, percentile(values, 0.01), percentile(values, 0.99));
-  } else {
-    double lo = 0, hi = 0;
-    cv::minMaxLoc(values, &lo, &hi);
-    stretch(values, lo, hi);
-  }
-  if (image.GetPhotometricInterpretation() == gdcm::PhotometricInterpretation::MONOCHROME1)
-    values.convertTo(values, CV_32F, -1.0, 1.0);
-  return values;
-}
-
-}  // namespace
-
 cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window) {
   try {
     return decode(bytes, name, window);
@@ -478,15 +543,9 @@ cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string&
     throw;
   } catch (const std::bad_alloc&) {
     fail(name, "does not fit in memory");
-  } catch (const std::exception& e) {  // GDCM's and OpenCV's own (several lines): the first line only
+  } catch (const std::exception& e) {  // OpenCV's own (several lines): the first line only
     const std::string what = e.what();
-    fail(name, "GDCM or OpenCV failed: " + what.substr(0, what.find('\n')));
-  } catch (const char* what) {  // GDCM throws C strings in places
-    fail(name, std::string("GDCM failed: ") + what);
-  } catch (const std::string& what) {  // gdcmAssertAlwaysMacro: "Assert: In FILE, line N, function ..."
-    const std::string where = what.substr(0, what.find(", function"));
-    const size_t slash = where.rfind('/');  // npos + 1 == 0: no folder
-    fail(name, "GDCM failed one of its own checks (" + where.substr(slash + 1) + ")");
+    fail(name, "DCMTK or OpenCV failed: " + what.substr(0, what.find('\n')));
   }
 }
 
@@ -501,88 +560,6 @@ DicomU8 decode_dicom_u8(const std::vector<unsigned char>& bytes, const std::stri
   small.convertTo(out.image, CV_8U, 255.0);
   out.original_size = image.size();
   return out;
-}
-
-namespace {
-
-gdcm::TransferSyntax::TSType syntax_of(DicomWriteOptions::Syntax s) {
-  switch (s) {
-    case DicomWriteOptions::Syntax::kRle:
-      return gdcm::TransferSyntax::RLELossless;
-    case DicomWriteOptions::Syntax::kJpegLossless:
-      return gdcm::TransferSyntax::JPEGLosslessProcess14_1;
-    case DicomWriteOptions::Syntax::kJpegLsLossless:
-      return gdcm::TransferSyntax::JPEGLSLossless;
-    case DicomWriteOptions::Syntax::kJpeg2000Lossless:
-      return gdcm::TransferSyntax::JPEG2000Lossless;
-    case DicomWriteOptions::Syntax::kExplicitLittle:
-      break;
-  }
-  return gdcm::TransferSyntax::ExplicitVRLittleEndian;
-}
-
-std::string decimal_string(double v) {
-  std::ostringstream s;
-  s.precision(10);
-  s << v;
-  return s.str();
-}
-
-}  // namespace
-
-void write_dicom(const std::string& path, const cv::Mat& stored, const DicomWriteOptions& o) {
-  silence_gdcm();
-  if (stored.type() != (o.is_signed ? CV_16SC1 : CV_16UC1) || !stored.isContinuous())
-    throw std::runtime_error("write_dicom: expected a continuous " +
-                             std::string(o.is_signed ? "CV_16SC1" : "CV_16UC1"));
-  gdcm::SmartPointer<gdcm::Image> image = new gdcm::Image;
-  image->SetNumberOfDimensions(2);
-  image->SetDimension(0, static_cast<unsigned int>(stored.cols));
-  image->SetDimension(1, static_cast<unsigned int>(stored.rows));
-  gdcm::PixelFormat pf(o.is_signed ? gdcm::PixelFormat::INT16 : gdcm::PixelFormat::UINT16);
-  pf.SetBitsStored(static_cast<unsigned short>(o.bits_stored));
-  image->SetPixelFormat(pf);
-  image->SetPhotometricInterpretation(o.monochrome1 ? gdcm::PhotometricInterpretation::MONOCHROME1
-                                                    : gdcm::PhotometricInterpretation::MONOCHROME2);
-  image->SetTransferSyntax(gdcm::TransferSyntax::ExplicitVRLittleEndian);
-  gdcm::DataElement pixels(kPixelData);
-  pixels.SetByteValue(reinterpret_cast<const char*>(stored.data), static_cast<uint32_t>(stored.total() * 2));
-  image->SetDataElement(pixels);
-  gdcm::ImageChangeTransferSyntax change;
-  change.SetTransferSyntax(syntax_of(o.syntax));
-  change.SetInput(*image);
-  if (!change.Change())
-    throw std::runtime_error("cannot encode " + path + " as " + transfer_syntax_name(syntax_of(o.syntax)));
-  gdcm::ImageWriter writer;
-  writer.SetImage(change.GetOutput());
-  gdcm::DataSet& ds = writer.GetFile().GetDataSet();
-  put_text(ds, kSopClass, gdcm::VR::UI,
-           "1.2.840.10008.5.1.4.1.1.1.1");  // DX Image Storage - For Presentation
-  put_text(ds, gdcm::Tag(0x0008, 0x0018), gdcm::VR::UI, o.sop_instance_uid);
-  put_text(ds, gdcm::Tag(0x0020, 0x000d), gdcm::VR::UI, o.study_uid);
-  put_text(ds, gdcm::Tag(0x0020, 0x000e), gdcm::VR::UI, o.study_uid + ".1");
-  put_text(ds, gdcm::Tag(0x0010, 0x0020), gdcm::VR::LO, o.patient_id);
-  put_text(ds, gdcm::Tag(0x0008, 0x0060), gdcm::VR::CS, "DX");
-  put_text(ds, gdcm::Tag(0x0008, 0x0020), gdcm::VR::DA, "20000101");  // fixed: GDCM would write today's
-  put_text(ds, gdcm::Tag(0x0008, 0x0030), gdcm::VR::TM, "000000");
-  put_text(ds, gdcm::Tag(0x0008, 0x0068), gdcm::VR::CS, "FOR PRESENTATION");
-  if (o.slope != 1.0 || o.intercept != 0.0) {  // written as elements: GDCM's image refuses them for DX
-    put_text(ds, kRescaleIntercept, gdcm::VR::DS, decimal_string(o.intercept));
-    put_text(ds, kRescaleSlope, gdcm::VR::DS, decimal_string(o.slope));
-  }
-  if (o.window_width > 0) {
-    put_text(ds, kWindowCenter, gdcm::VR::DS, decimal_string(o.window_center));
-    put_text(ds, kWindowWidth, gdcm::VR::DS, decimal_string(o.window_width));
-  }
-  std::ofstream out(path, std::ios::binary);
-  writer.SetStream(out);
-  bool written = false;
-  try {
-    written = out && writer.Write() && out.flush();
-  } catch (const char* what) {  // GDCM throws C strings in places
-    throw std::runtime_error("cannot write DICOM file " + path + ": " + what);
-  }
-  if (!written) throw std::runtime_error("cannot write DICOM file " + path);
 }
 
 }  // namespace ranzcr

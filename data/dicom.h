@@ -1,5 +1,5 @@
-// DICOM images through GDCM: a single-frame greyscale image to float [0, 1] at full bit depth, and the
-// writer the synthetic generator uses. The only translation unit that includes GDCM is dicom.cpp.
+// DICOM images through DCMTK and OpenJPEG: a single-frame greyscale image to float [0, 1] at full bit
+// depth, and the writer the synthetic generator uses. Only data/dicom*.cpp include DCMTK or OpenJPEG.
 #pragma once
 
 #include <opencv2/core.hpp>
@@ -11,6 +11,11 @@
 #include "data/data_config.h"
 
 namespace ranzcr {
+
+/// Registers DCMTK's codecs, silences its log and loads its data dictionary (Debian's DCMTK reads it from
+/// a file on first use). Every function here calls it; ranzcr-dicom-decoder calls it before it locks itself
+/// down, after which it could open no file. Thread-safe, once.
+void init_dicom_library();
 
 /// True when `bytes` hold a DICOM preamble: "DICM" at byte 128.
 bool has_dicom_preamble(const unsigned char* bytes, size_t size);
@@ -27,7 +32,7 @@ bool has_dicom_extension(const std::string& path);
 ///   -> MONOCHROME1 inverted (1 - v).
 /// `bytes` is the whole file, `name` its path for messages. Throws std::runtime_error with one line naming
 /// the file and what it holds when it is not DICOM, holds no image (e.g. a structured report), a colour or
-/// multi-frame image, truncated pixel data, or a transfer syntax GDCM cannot decode.
+/// multi-frame image, truncated pixel data, or a transfer syntax it cannot decode.
 cv::Mat decode_dicom(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window);
 
 /// A DICOM image as the loader takes it: 8 bits, and the file's own size.
@@ -55,7 +60,7 @@ struct DicomWriteOptions {
 
 /// Writes `stored` (CV_16UC1, or CV_16SC1 when options.is_signed: the stored values) as a DX "for
 /// presentation" DICOM file. Deterministic: the same input gives the same bytes. Throws
-/// std::runtime_error when GDCM cannot encode or write it.
+/// std::runtime_error when it cannot be encoded or written.
 void write_dicom(const std::string& path, const cv::Mat& stored, const DicomWriteOptions& options);
 
 }  // namespace ranzcr

@@ -9,7 +9,7 @@ namespace ranzcr {
 namespace {
 
 constexpr uint32_t kUndefined = 0xFFFFFFFF;
-constexpr int kMaxDepth = 16;  // sequences within sequences (GDCM recurses per level)
+constexpr int kMaxDepth = 16;  // sequences within sequences (parsers recurse per level)
 constexpr uint32_t kItem = 0xFFFEE000, kItemEnd = 0xFFFEE00D, kSequenceEnd = 0xFFFEE0DD;
 constexpr uint32_t kPixelData = 0x7FE00010;
 
@@ -21,7 +21,7 @@ bool long_vr(std::string_view vr) {
 }
 
 // One of the VRs of PS3.5 6.2: what tells an explicit VR element from an implicit one, element by element,
-// as GDCM does (files that say explicit VR and hold implicit VR elements exist).
+// as lenient parsers do (files that say explicit VR and hold implicit VR elements exist).
 bool valid_vr(const unsigned char* p) {
   static const char* const kVrs[] = {"AE", "AS", "AT", "CS", "DA", "DS", "DT", "FD", "FL", "IS", "LO", "LT",
                                      "OB", "OD", "OF", "OL", "OV", "OW", "PN", "SH", "SL", "SQ", "SS", "ST",
@@ -135,7 +135,7 @@ class Walker {
   size_t value(const Header& h, size_t end, int depth) {
     if (h.length != kUndefined) {
       need(h.value, h.length, end, "an element's value");
-      // A sequence (or, in implicit VR, any value that starts with an item) is walked: GDCM reads its items.
+      // A sequence (or, in implicit VR, any value that starts with an item) is walked: a parser reads its items.
       if (h.sequence || (h.length >= 8 && h.tag != kPixelData && u32(h.value, big_) == kItem))
         items(h.value, h.value + h.length, depth + 1, /*fragments=*/false, /*until_end=*/false);
       return h.value + h.length;

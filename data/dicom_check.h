@@ -1,6 +1,7 @@
-// A walk over a DICOM file's elements before GDCM parses it. GDCM allocates each element's value for the
+// A walk over a DICOM file's elements before DCMTK parses it. A parser allocates each element's value for the
 // length the file declares before it reads it, and recurses into nested sequences, so a few hundred bytes
-// could make it ask for gigabytes or overflow the stack. This walk reads only tags and lengths.
+// could make it ask for gigabytes or overflow the stack. This walk reads only tags and lengths. (DCMTK
+// itself is also given a stream it can reopen, so it skips long values instead: data/dicom.cpp.)
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,7 @@ namespace ranzcr {
 /// sequences and undefined lengths need them, and sequences nest at most 16 deep. The file meta group is
 /// read as explicit VR little endian, the data set in the transfer syntax's byte order (without a file
 /// meta group: big endian when its first group number reads small only that way), each element as
-/// explicit VR when a valid VR follows its tag and as implicit VR otherwise (as GDCM reads them). A
+/// explicit VR when a valid VR follows its tag and as implicit VR otherwise (the more lenient reading). A
 /// deflated data set is not walked (its lengths lie in the compressed stream). Throws std::runtime_error
 /// with one line "DICOM file NAME: cannot be read (not DICOM, corrupt or truncated: <what>)". Returns the
 /// longest value the file can hold: its size, or 1032 times it for a deflated data set (deflate's bound).

@@ -111,7 +111,8 @@ std::string decode_j2k(const unsigned char* stream, size_t size, int cols, int r
   opj_set_info_handler(codec.get(), ignore_message, nullptr);
   opj_dparameters_t parameters;
   opj_set_default_decoder_parameters(&parameters);
-  if (!opj_setup_decoder(codec.get(), &parameters)) return with_detail("its JPEG 2000 decoder cannot start", error);
+  if (!opj_setup_decoder(codec.get(), &parameters))
+    return with_detail("its JPEG 2000 decoder cannot start", error);
   Memory memory{stream, size, 0, nullptr};
   Stream in = memory_stream(&memory, true);
   opj_image_t* raw = nullptr;
@@ -121,7 +122,8 @@ std::string decode_j2k(const unsigned char* stream, size_t size, int cols, int r
   // From the stream's header, before its image is allocated: one component of the header's size.
   if (image->numcomps != 1)
     return "its JPEG 2000 stream has " + std::to_string(image->numcomps) + " components, expected 1";
-  const auto width = static_cast<int64_t>(image->x1) - image->x0, height = static_cast<int64_t>(image->y1) - image->y0;
+  const auto width = static_cast<int64_t>(image->x1) - image->x0,
+             height = static_cast<int64_t>(image->y1) - image->y0;
   if (width != cols || height != rows || image->comps[0].dx != 1 || image->comps[0].dy != 1)
     return "its JPEG 2000 stream is " + std::to_string(width) + " x " + std::to_string(height) +
            " pixels, the header declares " + std::to_string(cols) + " x " + std::to_string(rows) +
@@ -166,6 +168,10 @@ std::vector<unsigned char> encode_j2k_lossless(const uint16_t* samples, int cols
   parameters.tcp_numlayers = 1;
   parameters.tcp_rates[0] = 0;  // no rate limit
   parameters.cp_disto_alloc = 1;
+  // Resolution levels: OpenJPEG's 6 by default, fewer for a small image (each level halves it).
+  int levels = 1;
+  while (levels < 6 && (std::min(cols, rows) >> levels) >= 1) ++levels;
+  parameters.numresolution = levels;
   Codec codec(opj_create_compress(OPJ_CODEC_J2K));
   std::string error;
   opj_set_error_handler(codec.get(), keep_error, &error);

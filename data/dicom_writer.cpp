@@ -24,16 +24,12 @@
 
 namespace ranzcr {
 
-namespace detail {
-void init_dcmtk();
-}  // namespace detail
-
 namespace {
 
 void register_encoders() {
   static std::once_flag once;
   std::call_once(once, [] {
-    detail::init_dcmtk();
+    init_dicom_library();
     DcmRLEEncoderRegistration::registerCodecs();
     DJEncoderRegistration::registerCodecs();
     DJLSEncoderRegistration::registerCodecs();
@@ -52,7 +48,9 @@ void put(DcmDataset& ds, const DcmTagKey& tag, const std::string& value, const s
     throw std::runtime_error("cannot write DICOM file " + path + ": DCMTK refused the value '" + value + "'");
 }
 
-void put(DcmDataset& ds, const DcmTagKey& tag, Uint16 value) { ds.putAndInsertUint16(tag, value); }
+void put(DcmDataset& ds, const DcmTagKey& tag, Uint16 value) {
+  ds.putAndInsertUint16(tag, value);
+}
 
 // The header of a DX "for presentation" image, with fixed dates (the same input gives the same bytes).
 void put_header(DcmDataset& ds, const cv::Mat& stored, const DicomWriteOptions& o, const std::string& path) {
@@ -132,7 +130,8 @@ void write_dicom(const std::string& path, const cv::Mat& stored, const DicomWrit
     }
   }
   if (st.bad() || !ds.canWriteXfer(xfer))
-    throw std::runtime_error("cannot encode " + path + " as " + DcmXfer(xfer).getXferName() + ": " + st.text());
+    throw std::runtime_error("cannot encode " + path + " as " + DcmXfer(xfer).getXferName() + ": " +
+                             st.text());
   st = file.saveFile(path.c_str(), xfer);
   if (st.bad()) throw std::runtime_error("cannot write DICOM file " + path + ": " + st.text());
 }

@@ -1,6 +1,7 @@
 #include "data/image_pipeline.h"
 
 #include "data/dicom_sandbox.h"
+#include "data/jpeg_header.h"
 #include "data/pixel_budget.h"
 
 #include <opencv2/imgcodecs.hpp>
@@ -25,28 +26,6 @@ uint64_t splitmix64(uint64_t x) {
 
 bool is_jpeg(const std::vector<uchar>& buf) {
   return buf.size() > 4 && buf[0] == 0xFF && buf[1] == 0xD8;
-}
-
-// Width and height from a JPEG's SOFn marker, or false when the header is not understood.
-bool jpeg_size(const std::vector<uchar>& b, int* width, int* height) {
-  size_t i = 2;
-  while (i + 9 < b.size()) {
-    if (b[i] != 0xFF) return false;
-    const uchar marker = b[i + 1];
-    if (marker == 0xFF) {
-      ++i;
-      continue;
-    }
-    const size_t len = (b[i + 2] << 8) | b[i + 3];
-    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
-    if (sof) {
-      *height = (b[i + 5] << 8) | b[i + 6];
-      *width = (b[i + 7] << 8) | b[i + 8];
-      return true;
-    }
-    i += 2 + len;
-  }
-  return false;
 }
 
 bool is_png(const std::vector<uchar>& buf) {
@@ -100,7 +79,7 @@ cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* ori
   int flags = cv::IMREAD_GRAYSCALE;
   int w = 0, h = 0;
   if (is_jpeg(buf)) {
-    if (!jpeg_size(buf, &w, &h) || !jpeg_complete(buf))
+    if (!jpeg_frame_size(buf.data(), buf.size(), &w, &h) || !jpeg_complete(buf))
       throw std::runtime_error("corrupt or truncated JPEG " + path);
     check_pixel_count(w, h, buf.size(), path);
     const int side = std::min(w, h);

@@ -1,5 +1,5 @@
 // How many pixels an image file may make a decoder allocate, against the file's own size: a small file must
-// not make OpenCV or GDCM allocate gigabytes (docs/security.md). Shared by the JPEG/PNG and DICOM readers.
+// not make OpenCV, DCMTK or OpenJPEG allocate gigabytes (docs/security.md). Shared by the JPEG/PNG and DICOM readers.
 #pragma once
 
 #include <cstdint>

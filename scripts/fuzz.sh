@@ -52,18 +52,35 @@ for t in $TARGETS; do
 done
 
 # 1. clang with libFuzzer and the sanitizer runtimes.
-if ! command -v clang++-14 >/dev/null || ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+if ! command -v clang++-14 >/dev/null || ! command -v dpkg-source >/dev/null ||
+  ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   [ "${RANZCR_OFFLINE:-0}" = 1 ] && die "no clang-14/libclang-rt-14-dev, and RANZCR_OFFLINE=1 forbids apt-get"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "fuzz: installing Debian packages: clang-14 libclang-rt-14-dev" >&2
+  echo "fuzz: installing Debian packages: clang-14 libclang-rt-14-dev dpkg-dev" >&2
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang-14 libclang-rt-14-dev >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang-14 libclang-rt-14-dev dpkg-dev >/dev/null
 fi
 
-# 2. The fuzz build: setup.sh's dependencies and configure step, with clang and the sanitizers.
+# 2. The DICOM libraries instrumented as our code is (scripts/dicom-libs.sh: DCMTK and OpenJPEG from Debian's
+#    source packages, into build-fuzz/deps, once), so that the dicom target sees inside the decoders.
+say() { echo "fuzz: $*" >&2; }
+. scripts/dicom-libs.sh
+DEPS=$BUILD/deps
+SAN_FLAGS="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -fno-omit-frame-pointer -gline-tables-only"
+CC=clang-14 CXX=clang++-14 DICOM_LIBS_FLAGS=$SAN_FLAGS DICOM_LIBS_BUILD_DIR=$BUILD/deps-build \
+  dicom_libs_install "$DEPS" fuzz-deps \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1
+DEPS_ARGS="-DDCMTK_DIR=$DEPS/lib/cmake/dcmtk -DOpenJPEG_DIR=$(dirname "$(ls "$DEPS"/lib/openjpeg-*/OpenJPEGConfig.cmake)")"
+# A build folder configured before (or with Debian's DCMTK): point it at the instrumented ones.
+if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -q "^DCMTK_DIR:PATH=$DEPS/" "$BUILD/CMakeCache.txt"; then
+  cmake $DEPS_ARGS "$BUILD" >/dev/null
+fi
+
+# 3. The fuzz build: setup.sh's dependencies and configure step, with clang and the sanitizers.
 CC=clang-14 CXX=clang++-14 CXXFLAGS="-gline-tables-only" BUILD_DIR=$BUILD RANZCR_BUILD_TARGET=fuzz_targets \
-  RANZCR_CMAKE_ARGS="-DRANZCR_FUZZ=ON -DRANZCR_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1" \
+  RANZCR_CMAKE_ARGS="-DRANZCR_FUZZ=ON -DRANZCR_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 $DEPS_ARGS" \
   scripts/setup.sh
+grep -q "^DCMTK_DIR:PATH=$DEPS/" "$BUILD/CMakeCache.txt" || die "$BUILD did not take the instrumented DCMTK in $DEPS"
 [ "$BUILD_ONLY" = 1 ] && exit 0
 
 # The largest input a target is given: above its largest seed (a checkpoint of tiny_cnn is ~100 KB).
@@ -103,7 +120,7 @@ if [ ${#REPLAY[@]} -gt 0 ]; then
   exit 0
 fi
 
-# 3. Fuzz: each target in its own folder, JOBS at a time.
+# 4. Fuzz: each target in its own folder, JOBS at a time.
 run_target() {
   local t=$1 work=$BUILD/run/$1
   rm -rf "$work/artifacts"  # this run's findings only

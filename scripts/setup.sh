@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent set-up: Debian packages, GDCM (static, release, from Debian's source package, built once into
-# third_party/gdcm/ by scripts/gdcm.sh), LibTorch (from the torch wheel in a project-local venv, or from
-# Torch_DIR), then configure and build with Ninja into build/. Safe to run again: it skips what is done.
+# Idempotent set-up: Debian packages (DCMTK and OpenJPEG for DICOM among them), LibTorch (from the torch
+# wheel in a project-local venv, or from Torch_DIR), then configure and build with Ninja into build/. Safe to
+# run again: it skips what is done.
 #   scripts/setup.sh            # everything
 #   TORCH_PIP_SPEC=torch==2.11.0 scripts/setup.sh   # another torch wheel
 #   Torch_DIR=/opt/libtorch/share/cmake/Torch scripts/setup.sh   # an existing LibTorch
@@ -53,27 +53,12 @@ if [ -n "${RANZCR_BUNDLE:-}" ]; then
     RANZCR_CMAKE_ARGS="${RANZCR_CMAKE_ARGS:-} -DRANZCR_WITH_CURL=OFF"
   fi
 else
-  # dpkg-dev: dpkg-source unpacks GDCM's Debian source package (step 1b).
-  # libseccomp-dev: the DICOM decoder helper's filter; iproute2: the two-host tests' network namespaces.
-  PKGS="build-essential cmake ninja-build pkg-config dpkg-dev python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libseccomp-dev iproute2"
+  # libdcmtk-dev, libopenjp2-7-dev: DICOM (Debian's security updates patch them); libseccomp-dev: the DICOM
+  # decoder helper's filter; iproute2: the two-host tests' network namespaces.
+  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libdcmtk-dev libopenjp2-7-dev libseccomp-dev iproute2"
   missing=""
   for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   [ -z "$missing" ] || apt_install $missing
-fi
-
-# 1b. GDCM (without RANZCR_BUNDLE; the bundle has its own): not Debian's libgdcm-dev, whose assertions are
-#     live and abort the process on some malformed files, but a static Release build of the same version
-#     from Debian's source package, made once into third_party/gdcm/ by scripts/gdcm.sh (the download is
-#     cached in third_party/sources/; apt-get source needs a deb-src entry, added if missing).
-GDCM_PREFIX=$ROOT/third_party/gdcm
-if [ -z "$BUNDLE" ]; then
-  . "$ROOT/scripts/gdcm.sh"
-  if ! gdcm_done "$GDCM_PREFIX"; then
-    [ "${RANZCR_OFFLINE:-0}" = 1 ] &&
-      die "no GDCM in third_party/gdcm, and RANZCR_OFFLINE=1 forbids fetching its source: run scripts/setup.sh once with network, or use RANZCR_BUNDLE"
-    say "building GDCM 3.0.21 (Debian's source, release, static) into third_party/gdcm: once, about 3 minutes"
-    JOBS=${JOBS:-$(nproc)} gdcm_install "$GDCM_PREFIX" $(gdcm_system_libs)
-  fi
 fi
 
 # 2. LibTorch: Torch_DIR, else the project venv's torch, else a python3 that already has torch, else
@@ -148,26 +133,18 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
 fi
 
 # 3. Configure (once) and build.
-GDCM_ARG=()
-[ -z "$BUNDLE" ] && GDCM_ARG=(-DGDCM_DIR="$GDCM_PREFIX/lib/cmake/gdcm-3.0")
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   say "configuring $BUILD_DIR (Torch_DIR=$Torch_DIR${BUNDLE:+, bundle $BUNDLE})"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$Torch_DIR" \
-    ${BUNDLE:+-DCMAKE_PREFIX_PATH="$BUNDLE"} "${GDCM_ARG[@]}" ${RANZCR_CMAKE_ARGS:-} >/dev/null
-elif [ -z "$BUNDLE" ] && [ "$(sed -n 's/^GDCM_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")" != "$GDCM_PREFIX/lib/cmake/gdcm-3.0" ]; then
-  # A build folder configured before third_party/gdcm existed (with Debian's libgdcm-dev): point it there.
-  say "reconfiguring $BUILD_DIR with the GDCM in third_party/gdcm"
-  cmake "${GDCM_ARG[@]}" "$BUILD_DIR" >/dev/null
+    ${BUNDLE:+-DCMAKE_PREFIX_PATH="$BUNDLE"} ${RANZCR_CMAKE_ARGS:-} >/dev/null
+elif grep -q '^GDCM_DIR:' "$BUILD_DIR/CMakeCache.txt"; then
+  # A build folder configured when DICOM went through GDCM: configure it again for DCMTK and OpenJPEG.
+  say "reconfiguring $BUILD_DIR (DICOM now goes through DCMTK and OpenJPEG)"
+  cmake -U 'GDCM*' "$BUILD_DIR" >/dev/null
 fi
-if [ -z "$BUNDLE" ]; then
-  found=$(sed -n 's/^GDCM_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-  case "$found" in
-    "$GDCM_PREFIX"/*) ;;
-    *) die "$BUILD_DIR took GDCM_DIR=${found:-nothing}, not third_party/gdcm (remove $BUILD_DIR or pick another BUILD_DIR)" ;;
-  esac
-else
+if [ -n "$BUNDLE" ]; then
   # Every bundled dependency must come from the bundle, not from a system package beside it.
-  for var in OpenCV_DIR yaml-cpp_DIR GTest_DIR GDCM_DIR CLI11_DIR nlohmann_json_DIR RANZCR_GLOO_INCLUDE_DIR RANZCR_SECCOMP_LIBRARY; do
+  for var in OpenCV_DIR yaml-cpp_DIR GTest_DIR DCMTK_DIR OpenJPEG_DIR CLI11_DIR nlohmann_json_DIR RANZCR_GLOO_INCLUDE_DIR RANZCR_SECCOMP_LIBRARY; do
     found=$(sed -n "s/^$var:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt")
     case "$found" in
       "$BUNDLE"/*) ;;

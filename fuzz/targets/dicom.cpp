@@ -1,6 +1,7 @@
 // A DICOM file as ranzcr-dicom-decoder reads it for the loader (decode_dicom_u8, in this process: the
-// decoder itself is what is fuzzed, not the sandbox around it): GDCM parses and decodes the pixel data
-// (uncompressed, RLE, JPEG, JPEG-LS, JPEG 2000), then ours: stored values, modality LUT or rescale, VOI LUT
+// decoder itself is what is fuzzed, not the sandbox around it): DCMTK parses and decodes the pixel data
+// (uncompressed, RLE, JPEG, JPEG-LS), OpenJPEG JPEG 2000 -- both built instrumented by scripts/fuzz.sh
+// (scripts/dicom-libs.sh) -- then ours: stored values, modality LUT or rescale, VOI LUT
 // or window (the window setting picked by the input's size), MONOCHROME1, the reduction to 8 bits.
 #include "data/dicom.h"
 #include "fuzz/fuzz_util.h"

@@ -1,5 +1,5 @@
 // An image as the loader reads it: decode_grayscale (JPEG with reduced decoding, PNG, 8 and 16 bit; any
-// file with the DICOM preamble goes to GDCM), at a small target size (reduced JPEG decoding) and a large one,
+// file with the DICOM preamble goes to the DICOM decoder helper), at a small target size (reduced JPEG decoding) and a large one,
 // then the training transform (resize, augmentation) of what was decoded.
 #include "data/image_pipeline.h"
 #include "fuzz/fuzz_util.h"

@@ -103,7 +103,7 @@ def describe(path, out_dir, n):
 
 def make_lut_files(out_dir):
     """Files with what pydicom's test set lacks: VOI LUT and Modality LUT Sequences (defined length, so
-    GDCM keeps them as bytes in implicit VR), in implicit VR little endian and explicit VR big endian."""
+    a parser may keep them as bytes in implicit VR), in implicit VR little endian and explicit VR big endian."""
     from pydicom.dataset import Dataset, FileMetaDataset
     from pydicom.sequence import Sequence
     from pydicom.uid import ExplicitVRBigEndian, ImplicitVRLittleEndian, generate_uid

@@ -15,12 +15,14 @@
 #     the codecs in). Configured so that nothing is downloaded at build time (checked).
 #   yaml-cpp (static), from Debian's source package (apt-get source; needs a deb-src entry, added if absent).
 #   GoogleTest and GoogleMock (static), from the sources in Debian's googletest package.
-#   GDCM 3.0.21 (static, Release, hidden visibility: gdcmMSFF and the libraries it needs; CMake config in
-#     lib/cmake/gdcm-3.0), from Debian's source package gdcm, the version of Debian 12's libgdcm-dev, with
-#     GDCM's own copies of its codecs (IJG libjpeg 6b 8/12/16-bit, OpenJPEG 2.3.0, CharLS 2.0.0, zlib 1.2.3
-#     renamed gdcmzlib_*, expat 2.0.0, uuid). Built by scripts/gdcm.sh, the same recipe scripts/setup.sh
-#     uses for third_party/gdcm (details there); here it also checks with nm that no global symbol of
-#     GDCM's static libraries is defined by OpenCV's (the step fails if one is).
+#   DCMTK 3.6.7 (ofstd oflog dcmdata dcmimgle dcmimage dcmjpeg dcmjpls, with its IJG libjpeg 8/12/16-bit
+#     and CharLS) and OpenJPEG 2.5.0, static, Release, from Debian's source packages dcmtk and openjpeg2 (the
+#     sources of Debian 12's libdcmtk-dev and libopenjp2-7-dev, Debian's security patches applied, none of
+#     ours), by scripts/dicom-libs.sh. Without zlib: the host has no zlib headers and the bundle's OpenCV
+#     carries its own zlib, whose symbols a second one would clash with; so a DICOM file of the deflated
+#     transfer syntax is refused on such a host (one line), where Debian's DCMTK reads it.
+#   libseccomp (headers, Debian's static libseccomp.a), from Debian's libseccomp-dev: the DICOM decoder
+#     helper's filter.
 #   CLI11, nlohmann-json (headers and CMake configs) and Gloo's headers (LibTorch has the Gloo code, not
 #     the headers), from Debian's libcli11-dev, nlohmann-json3-dev and libgloo-dev packages.
 #   MANIFEST (versions, sources, date) and share/licenses/.
@@ -48,10 +50,10 @@ die() {
   exit 1
 }
 trap 'die "command failed at line $LINENO: $BASH_COMMAND"' ERR
-# GDCM's recipe, and the helpers shared with it: logged STEP CMD... (output in third_party/logs/STEP.log,
-# the log's tail and one error line on failure), as_root, apt_update, ensure_deb_src PKG,
-# fetch_deb_source PKG (into third_party/sources/debian/), newest GLOB.
-. "$ROOT/scripts/gdcm.sh"
+# The DICOM libraries' recipe, and the helpers shared with it: logged STEP CMD... (output in
+# third_party/logs/STEP.log, the log's tail and one error line on failure), as_root, apt_update,
+# ensure_deb_src PKG, fetch_deb_source PKG (into third_party/sources/debian/), newest GLOB.
+. "$ROOT/scripts/dicom-libs.sh"
 
 done_step() { [ -f "$STAMPS/$1" ]; }
 mark_done() { mkdir -p "$STAMPS" && touch "$STAMPS/$1"; }
@@ -81,7 +83,8 @@ fi
 # 2. Sources, downloaded once into third_party/sources/.
 mkdir -p "$DL/debian" "$DL/debs"
 fetch_deb_source yaml-cpp
-gdcm_fetch # Debian's source package gdcm: the source of libgdcm-dev (3.0.21-1 on Debian 12)
+fetch_deb_source dcmtk     # the source of libdcmtk-dev
+fetch_deb_source openjpeg2 # the source of libopenjp2-7-dev
 for pkg in googletest $HEADER_DEBS; do
   [ -n "$(newest "$DL/debs/${pkg}"_*.deb)" ] && continue
   apt-cache show "$pkg" >/dev/null 2>&1 || apt_update
@@ -136,7 +139,6 @@ YAML_DSC=$(newest "$DL"/debian/yaml-cpp_*.dsc)
 YAML_VERSION=$(sed -n 's/^Version: //p' "$YAML_DSC")
 deb_version() { dpkg-deb -f "$(newest "$DL/debs/$1"_*.deb)" Version; }
 GTEST_VERSION=$(deb_version googletest)
-GDCM_VERSION=$(gdcm_version)
 
 # 3. Unpacked sources in third_party/src/ (each unpacked into a temporary folder, then renamed).
 unpack() { # unpack DEST CMD... (CMD unpacks into $tmp)
@@ -154,8 +156,6 @@ unpack "$OPENCV_SRC" tar -xzf "$DL/$OPENCV_SDIST" -C "$SRC/opencv-$OPENCV_VERSIO
   "${OPENCV_SDIST%.tar.gz}/opencv"
 YAML_SRC=$SRC/yaml-cpp-$YAML_VERSION
 unpack "$YAML_SRC" sh -c "rm -rf '$YAML_SRC.tmp' && dpkg-source --no-copy -x '$YAML_DSC' '$YAML_SRC.tmp'"
-gdcm_unpack # third_party/src/gdcm-VERSION, GDCM's zlib renamed (scripts/gdcm.sh)
-GDCM_SRC=$(gdcm_src_dir)
 GTEST_DEB_SRC=$SRC/googletest-$GTEST_VERSION
 unpack "$GTEST_DEB_SRC" dpkg-deb -x "$(newest "$DL"/debs/googletest_*.deb)" "$GTEST_DEB_SRC.tmp"
 for pkg in $HEADER_DEBS; do
@@ -214,10 +214,15 @@ cmake_install yaml-cpp "$YAML_SRC" -DYAML_BUILD_SHARED_LIBS=OFF -DYAML_CPP_BUILD
 cmake_install googletest "$GTEST_DEB_SRC/usr/src/googletest" -DBUILD_GMOCK=ON -DINSTALL_GTEST=ON \
   -Dgtest_build_tests=OFF -Dgmock_build_tests=OFF
 
-# GDCM (scripts/gdcm.sh): static, Release, with its own codecs; skipped when the bundle has it from the same
-# recipe. No global symbol may be defined both by GDCM's static libraries and by OpenCV's (with its
-# libjpeg-turbo, libpng and zlib): a binary with both would bind one library's calls into the other's code.
-GDCM_BUILD_DIR=$WORK/gdcm GDCM_LOG=gdcm gdcm_install "$BUNDLE" "$BUNDLE"/lib/libopencv_*.a "$BUNDLE"/lib/opencv4/3rdparty/*.a
+# A bundle made when DICOM went through GDCM: its GDCM goes.
+if [ -d "$BUNDLE/lib/cmake/gdcm-3.0" ] || [ -f "$STAMPS/gdcm" ]; then
+  say "removing GDCM from the bundle (DICOM now goes through DCMTK and OpenJPEG)"
+  rm -rf "$BUNDLE"/lib/cmake/gdcm-3.0 "$BUNDLE"/lib/libgdcm*.a "$BUNDLE"/lib/libsocketxx.a "$BUNDLE"/include/gdcm-3.0 \
+    "$BUNDLE"/share/licenses/gdcm "$BUNDLE"/.stamps/gdcm
+fi
+# DCMTK and OpenJPEG (scripts/dicom-libs.sh): static, Release, without zlib (see above).
+LOGS=$LOGS DICOM_LIBS_ZLIB=OFF DICOM_LIBS_BUILD_DIR=$WORK/dicom-libs JOBS=$JOBS dicom_libs_install "$BUNDLE" dicom-libs
+find "$BUNDLE/lib" -name 'libdcm*.a' -o -name 'libof*.a' -o -name 'libijg*.a' -o -name 'libopenjp2.a' | xargs strip --strip-debug
 
 # 5. Header-only dependencies, copied out of the Debian packages (their CMake configs find the prefix
 #    relative to their own location, so they work from the bundle); the licences of everything bundled.
@@ -269,9 +274,10 @@ if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -qui
     echo "  source: Debian source package yaml-cpp $YAML_VERSION (apt-get source)"
     echo "googletest $GTEST_VERSION: gtest, gtest_main, gmock, gmock_main, static"
     echo "  source: Debian package googletest $GTEST_VERSION (/usr/src/googletest)"
-    gu=$GDCM_SRC/Utilities
-    echo "gdcm $GDCM_VERSION: static, Release, hidden visibility (gdcmMSFF and its dependencies); built in, name-mangled: IJG libjpeg 6b (8/12/16-bit), openjpeg $(sed -n 's/^set(OPENJPEG_VERSION_\(MAJOR\|MINOR\|BUILD\) \([0-9]*\))/\2/p' "$gu/gdcmopenjpeg/CMakeLists.txt" | paste -sd.), charls $(sed -n 's@.*charls/archive/\(.*\)\.tar\.gz@\1@p' "$gu/gdcmcharls/README.GDCM.txt" | head -n 1), zlib $(sed -n 's/.*define ZLIB_VERSION \"\(.*\)\"/\1/p' "$gu/gdcmzlib/zlib.h"), expat $(sed -n 's/.*define XML_\(MAJOR\|MINOR\|MICRO\)_VERSION \([0-9]*\)/\2/p' "$gu/gdcmexpat/lib/expat.h" | paste -sd.)"
-    echo "  source: Debian source package gdcm $GDCM_VERSION (apt-get source)"
+    echo "dcmtk $(deb_source_version dcmtk): ofstd oflog dcmdata dcmimgle dcmimage dcmjpeg dcmjpls (IJG libjpeg 8/12/16-bit, CharLS built in), static, builtin dictionary, no zlib"
+    echo "  source: Debian source package dcmtk $(deb_source_version dcmtk) (apt-get source)"
+    echo "openjpeg $(deb_source_version openjpeg2): libopenjp2, static"
+    echo "  source: Debian source package openjpeg2 $(deb_source_version openjpeg2) (apt-get source)"
     for pkg in $HEADER_DEBS; do
       case "$pkg" in
         libgloo-dev) what="headers only (the Gloo code is in LibTorch)" ;;

@@ -111,11 +111,16 @@ TEST_F(DicomSandbox, TheFilterKillsADecodeThatOpensAFile) {
 
 TEST_F(DicomSandbox, FilesCraftedAfterGdcmCvesEndAsOneLine) {
   const DicomConfig config = sandbox_config();
-  for (const char* name :
-       {"cve-2024-22391-palette-icon-short-lut.dcm", "cve-2025-52582-overlay-larger-than-image.dcm"}) {
+  const std::pair<const char*, const char*> files[] = {
+      {"cve-2024-22391-palette-icon-short-lut.dcm",
+       "has a palette colour LUT (0028|1101) declaring 65536 entries of 8 bits with 2 bytes of data"},
+      {"cve-2025-52582-overlay-larger-than-image.dcm",
+       "has an overlay (group 6000) in the unused bits of its pixel data of 4096 x 4096 pixels, the image is "
+       "8 x 8"}};
+  for (const auto& [name, expected] : files) {
     const std::string path = *dir_ / name;
     std::filesystem::copy_file(std::string(RANZCR_SOURCE_DIR) + "/tests/data/files/" + name, path);
-    expect_refused(path, "", config);
+    expect_refused(path, expected, config);
     expect_good_decodes(config);
   }
 }

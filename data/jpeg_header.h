@@ -1,0 +1,35 @@
+// A JPEG stream's frame size from its header, read before any decoder allocates for it: the loader's JPEG
+// files (data/image_pipeline.cpp) and DICOM's encapsulated JPEG and JPEG-LS frames (data/dicom.cpp).
+#pragma once
+
+#include <cstddef>
+
+namespace ranzcr {
+
+/// Width and height from the SOFn marker (JPEG baseline, extended, progressive, lossless, arithmetic) or
+/// JPEG-LS's SOF55 of the stream `b` (`size` bytes, starting with SOI), or false when no frame header is
+/// found before the markers run out.
+inline bool jpeg_frame_size(const unsigned char* b, size_t size, int* width, int* height) {
+  size_t i = 2;
+  while (i + 9 < size) {
+    if (b[i] != 0xFF) return false;
+    const unsigned char marker = b[i + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    const size_t len = (static_cast<size_t>(b[i + 2]) << 8) | b[i + 3];
+    const bool sof =
+        (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) ||
+        marker == 0xF7;
+    if (sof) {
+      *height = (b[i + 5] << 8) | b[i + 6];
+      *width = (b[i + 7] << 8) | b[i + 8];
+      return true;
+    }
+    i += 2 + len;
+  }
+  return false;
+}
+
+}  // namespace ranzcr
