@@ -22,6 +22,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -46,6 +47,12 @@ void init_dicom_library() {
     DJDecoderRegistration::registerCodecs();
     DJLSDecoderRegistration::registerCodecs();
     (void)dcmDataDict.isDictionaryLoaded();
+    // Deregistered at exit, which frees the registry's entries (a leak report otherwise).
+    std::atexit([] {
+      DJLSDecoderRegistration::cleanup();
+      DJDecoderRegistration::cleanup();
+      DcmRLEDecoderRegistration::cleanup();
+    });
   });
 }
 

@@ -14,6 +14,7 @@
 #include <dcmtk/dcmjpls/djencode.h>
 #include <dcmtk/dcmjpls/djrparam.h>
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -33,6 +34,11 @@ void register_encoders() {
     DcmRLEEncoderRegistration::registerCodecs();
     DJEncoderRegistration::registerCodecs();
     DJLSEncoderRegistration::registerCodecs();
+    std::atexit([] {
+      DJLSEncoderRegistration::cleanup();
+      DJEncoderRegistration::cleanup();
+      DcmRLEEncoderRegistration::cleanup();
+    });
   });
 }
 

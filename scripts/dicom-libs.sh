@@ -91,7 +91,7 @@ unpack_deb_source() {
 }
 
 dicom_libs_done() { # dicom_libs_done PREFIX: a finished install of this recipe
-  grep -qsF "$DICOM_LIBS_RECIPE zlib ${DICOM_LIBS_ZLIB:-ON}" "$1/.stamps/dicom-libs"
+  grep -qsF "$DICOM_LIBS_RECIPE zlib ${DICOM_LIBS_ZLIB:-ON} flags '${DICOM_LIBS_FLAGS:-}'" "$1/.stamps/dicom-libs"
 }
 
 dicom_libs_install() {
@@ -139,5 +139,5 @@ dicom_libs_install() {
   mkdir -p "$prefix/share/licenses/dcmtk" "$prefix/share/licenses/openjpeg" "$prefix/.stamps"
   cp "$dcmtk/COPYRIGHT" "$prefix/share/licenses/dcmtk/"
   cp "$openjpeg/LICENSE" "$prefix/share/licenses/openjpeg/"
-  echo "dcmtk $(deb_source_version dcmtk), openjpeg2 $(deb_source_version openjpeg2) from Debian's source packages (scripts/dicom-libs.sh), $DICOM_LIBS_RECIPE zlib ${DICOM_LIBS_ZLIB:-ON}" >"$prefix/.stamps/dicom-libs"
+  echo "dcmtk $(deb_source_version dcmtk), openjpeg2 $(deb_source_version openjpeg2) from Debian's source packages (scripts/dicom-libs.sh), $DICOM_LIBS_RECIPE zlib ${DICOM_LIBS_ZLIB:-ON} flags '${DICOM_LIBS_FLAGS:-}'" >"$prefix/.stamps/dicom-libs"
 }

@@ -62,17 +62,21 @@ if ! command -v clang++-14 >/dev/null || ! command -v dpkg-source >/dev/null ||
 fi
 
 # 2. The DICOM libraries instrumented as our code is (scripts/dicom-libs.sh: DCMTK and OpenJPEG from Debian's
-#    source packages, into build-fuzz/deps, once), so that the dicom target sees inside the decoders.
+#    source packages, once), so that the dicom target sees inside the decoders.
 say() { echo "fuzz: $*" >&2; }
 . scripts/dicom-libs.sh
-DEPS=$BUILD/deps
-SAN_FLAGS="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -fno-omit-frame-pointer -gline-tables-only"
-CC=clang-14 CXX=clang++-14 DICOM_LIBS_FLAGS=$SAN_FLAGS DICOM_LIBS_BUILD_DIR=$BUILD/deps-build \
+# Outside the clone (every clone's fuzz build shares it; its stamp names the recipe, another one rebuilds).
+DEPS=${RANZCR_FUZZ_DEPS:-${XDG_CACHE_HOME:-$HOME/.cache}/ranzcr/fuzz-dicom-libs}
+# UBSan recoverable here (halt_on_error=1 below stops at the first report all the same): DCMTK's configure
+# runs test programs built with these flags that divide by zero on purpose.
+SAN_FLAGS="-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer -gline-tables-only"
+UBSAN_OPTIONS=halt_on_error=0 ASAN_OPTIONS=detect_leaks=0 \
+  CC=clang-14 CXX=clang++-14 DICOM_LIBS_FLAGS=$SAN_FLAGS DICOM_LIBS_BUILD_DIR=$BUILD/dicom-libs-build \
   dicom_libs_install "$DEPS" fuzz-deps \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1
 DEPS_ARGS="-DDCMTK_DIR=$DEPS/lib/cmake/dcmtk -DOpenJPEG_DIR=$(dirname "$(ls "$DEPS"/lib/openjpeg-*/OpenJPEGConfig.cmake)")"
 # A build folder configured before (or with Debian's DCMTK): point it at the instrumented ones.
-if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -q "^DCMTK_DIR:PATH=$DEPS/" "$BUILD/CMakeCache.txt"; then
+if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -q "^DCMTK_DIR:[A-Z]*=$DEPS/" "$BUILD/CMakeCache.txt"; then
   cmake $DEPS_ARGS "$BUILD" >/dev/null
 fi
 
@@ -80,7 +84,7 @@ fi
 CC=clang-14 CXX=clang++-14 CXXFLAGS="-gline-tables-only" BUILD_DIR=$BUILD RANZCR_BUILD_TARGET=fuzz_targets \
   RANZCR_CMAKE_ARGS="-DRANZCR_FUZZ=ON -DRANZCR_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 $DEPS_ARGS" \
   scripts/setup.sh
-grep -q "^DCMTK_DIR:PATH=$DEPS/" "$BUILD/CMakeCache.txt" || die "$BUILD did not take the instrumented DCMTK in $DEPS"
+grep -q "^DCMTK_DIR:[A-Z]*=$DEPS/" "$BUILD/CMakeCache.txt" || die "$BUILD did not take the instrumented DCMTK in $DEPS"
 [ "$BUILD_ONLY" = 1 ] && exit 0
 
 # The largest input a target is given: above its largest seed (a checkpoint of tiny_cnn is ~100 KB).
@@ -93,7 +97,8 @@ max_len() {
   esac
 }
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# fuzz/ubsan.supp: what UBSan may report in the instrumented DICOM libraries without stopping (with why).
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$ROOT/fuzz/ubsan.supp}
 
 if [ "$REPLAY_CHECKED_IN" = 1 ]; then
   # Every checked-in input of each target, once, under ASan/UBSan (a leak or a wild read fails here, where the

@@ -54,8 +54,8 @@ if [ -n "${RANZCR_BUNDLE:-}" ]; then
   fi
 else
   # libdcmtk-dev, libopenjp2-7-dev: DICOM (Debian's security updates patch them); libseccomp-dev: the DICOM
-  # decoder helper's filter; iproute2: the two-host tests' network namespaces.
-  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libdcmtk-dev libopenjp2-7-dev libseccomp-dev iproute2"
+  # decoder helper's filter; iproute2: the two-host tests' network namespaces; ccache: step 3.
+  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libdcmtk-dev libopenjp2-7-dev libseccomp-dev iproute2 ccache"
   missing=""
   for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   [ -z "$missing" ] || apt_install $missing
@@ -132,11 +132,20 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
   fi
 fi
 
-# 3. Configure (once) and build.
+# 3. Configure (once) and build. With Debian's ccache installed (set-up installs it; RANZCR_CCACHE=0: not
+#    used), it is the compiler launcher: its cache lives outside the clone (~/.cache/ccache) and is shared by
+#    every clone, with paths taken relative to the clone (CCACHE_BASEDIR), and the sloppiness ccache's manual
+#    asks for with precompiled headers (CMakeLists.txt adds the matching compiler flag). ccache hashes the
+#    compiler, its flags and every header a file includes, so a changed recipe or dependency recompiles.
+CCACHE_ARGS=()
+if [ "${RANZCR_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
+  launcher="env;CCACHE_BASEDIR=$ROOT;CCACHE_NOHASHDIR=1;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache"
+  CCACHE_ARGS=(-DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" -DRANZCR_CCACHE=ON)
+fi
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  say "configuring $BUILD_DIR (Torch_DIR=$Torch_DIR${BUNDLE:+, bundle $BUNDLE})"
+  say "configuring $BUILD_DIR (Torch_DIR=$Torch_DIR${BUNDLE:+, bundle $BUNDLE}${CCACHE_ARGS:+, ccache})"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$Torch_DIR" \
-    ${BUNDLE:+-DCMAKE_PREFIX_PATH="$BUNDLE"} ${RANZCR_CMAKE_ARGS:-} >/dev/null
+    ${BUNDLE:+-DCMAKE_PREFIX_PATH="$BUNDLE"} "${CCACHE_ARGS[@]}" ${RANZCR_CMAKE_ARGS:-} >/dev/null
 elif grep -q '^GDCM_DIR:' "$BUILD_DIR/CMakeCache.txt"; then
   # A build folder configured when DICOM went through GDCM: configure it again for DCMTK and OpenJPEG.
   say "reconfiguring $BUILD_DIR (DICOM now goes through DCMTK and OpenJPEG)"

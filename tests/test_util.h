@@ -132,6 +132,14 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& run_dir) {
   return lines;
 }
 
+/// The epochs a run folder's metrics.jsonl reports, in order (a resumed run: only those it trained).
+inline std::vector<int64_t> trained_epochs(const std::string& run_dir) {
+  std::vector<int64_t> epochs;
+  for (const auto& m : read_metrics(run_dir))
+    if (m.contains("epoch")) epochs.push_back(m["epoch"].get<int64_t>());
+  return epochs;
+}
+
 struct CommandResult {
   int status = -1;
   std::string output;  // stdout and stderr

@@ -42,8 +42,7 @@ class DistributedCliTest : public test::CliSuite<DistributedCliTest> {
  protected:
   // `train` arguments for a run folder `name` with more --set overrides.
   static std::vector<std::string> train_args(const std::string& name, std::vector<std::string> sets) {
-    std::vector<std::string> a = {"train", "--config", cfg(), "--set",
-                                  "output.dir=" + *dir_ / name};
+    std::vector<std::string> a = {"train", "--config", cfg(), "--set", "output.dir=" + *dir_ / name};
     for (auto& s : sets) a.insert(a.end(), {"--set", s});
     return a;
   }
@@ -225,6 +224,8 @@ TEST_F(DistributedCliTest, ResumingATwoRankRunEqualsTheUninterruptedRun) {
     EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
   EXPECT_EQ(test::read_metrics(run_dir("full")).back()["val_auc_mean"],
             test::read_metrics(run_dir("resumed")).back()["val_auc_mean"]);
+  // The resumed run trained epochs 3 and 4 only: equal weights are not a rerun of the same seed.
+  EXPECT_EQ(test::trained_epochs(run_dir("resumed")), (std::vector<int64_t>{3, 4}));
 
   // Another world size resumes too, with a warning.
   auto one = train_args("one", {"distributed.nproc_per_node=1", "train.epochs=3"});

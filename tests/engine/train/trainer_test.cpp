@@ -94,6 +94,9 @@ TEST_F(TrainerTest, ResumeFromEpoch2EqualsTheUninterruptedRun) {
   expect_same_weights(full + "/checkpoints/last.pt", resumed + "/checkpoints/last.pt");
   EXPECT_DOUBLE_EQ(test::read_metrics(full)[3]["val_auc_mean"].get<double>(),
                    test::read_metrics(resumed).back()["val_auc_mean"].get<double>());
+  // The resumed run trained epochs 3 and 4 only: equal weights are not a rerun of the same seed.
+  EXPECT_EQ(test::trained_epochs(full), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(test::trained_epochs(resumed), (std::vector<int64_t>{3, 4}));
 }
 
 TEST_F(TrainerTest, EarlyStoppingEndsTheRun) {
