@@ -18,9 +18,7 @@
 #   DCMTK 3.6.7 (ofstd oflog dcmdata dcmimgle dcmimage dcmjpeg dcmjpls, with its IJG libjpeg 8/12/16-bit
 #     and CharLS) and OpenJPEG 2.5.0, static, Release, from Debian's source packages dcmtk and openjpeg2 (the
 #     sources of Debian 12's libdcmtk-dev and libopenjp2-7-dev, Debian's security patches applied, none of
-#     ours), by scripts/dicom-libs.sh. Without zlib: the host has no zlib headers and the bundle's OpenCV
-#     carries its own zlib, whose symbols a second one would clash with; so a DICOM file of the deflated
-#     transfer syntax is refused on such a host (one line), where Debian's DCMTK reads it.
+#     ours), by scripts/dicom-libs.sh; DCMTK's zlib (for the deflated transfer syntax) is the bundle's OpenCV's.
 #   libseccomp (headers, Debian's static libseccomp.a), from Debian's libseccomp-dev: the DICOM decoder
 #     helper's filter.
 #   CLI11, nlohmann-json (headers and CMake configs) and Gloo's headers (LibTorch has the Gloo code, not
@@ -220,8 +218,21 @@ if [ -d "$BUNDLE/lib/cmake/gdcm-3.0" ] || [ -f "$STAMPS/gdcm" ]; then
   rm -rf "$BUNDLE"/lib/cmake/gdcm-3.0 "$BUNDLE"/lib/libgdcm*.a "$BUNDLE"/lib/libsocketxx.a "$BUNDLE"/include/gdcm-3.0 \
     "$BUNDLE"/share/licenses/gdcm "$BUNDLE"/.stamps/gdcm
 fi
-# DCMTK and OpenJPEG (scripts/dicom-libs.sh): static, Release, without zlib (see above).
-LOGS=$LOGS DICOM_LIBS_ZLIB=OFF DICOM_LIBS_BUILD_DIR=$WORK/dicom-libs JOBS=$JOBS dicom_libs_install "$BUNDLE" dicom-libs
+# DCMTK and OpenJPEG (scripts/dicom-libs.sh): static, Release. DCMTK's zlib (deflated DICOM) is the one
+# OpenCV built into the bundle (its 3rdparty/zlib), so the binary holds one zlib; DCMTK's exported targets
+# name that archive by its path in this bundle, which becomes relative to the bundle wherever it is unpacked.
+OPENCV_ZLIB=$BUNDLE/lib/opencv4/3rdparty/libzlib.a
+[ -f "$OPENCV_ZLIB" ] || die "no $OPENCV_ZLIB: OpenCV's step must build its zlib (BUILD_ZLIB=ON)"
+if [ -f "$STAMPS/dicom-libs-zlib-off" ] || grep -qs "zlib OFF" "$BUNDLE/.stamps/dicom-libs"; then
+  rm -f "$BUNDLE/.stamps/dicom-libs" "$STAMPS/dicom-libs-zlib-off"  # built without zlib before: again, with it
+fi
+LOGS=$LOGS DICOM_LIBS_BUILD_DIR=$WORK/dicom-libs JOBS=$JOBS dicom_libs_install "$BUNDLE" dicom-libs \
+  -DZLIB_INCLUDE_DIR="$OPENCV_SRC/3rdparty/zlib" -DZLIB_LIBRARY="$OPENCV_ZLIB"
+sed -i "s|$BUNDLE/lib/opencv4/3rdparty/libzlib.a|\${_IMPORT_PREFIX}/lib/opencv4/3rdparty/libzlib.a|g" "$BUNDLE"/lib/cmake/dcmtk/*.cmake
+# (Their Config files also hold this machine's paths, but only to compute relative ones, or unused.)
+if grep -qs "$BUNDLE" "$BUNDLE"/lib/cmake/dcmtk/DCMTKTargets*.cmake "$BUNDLE"/lib/openjpeg-*/OpenJPEGTargets*.cmake; then
+  die "DCMTK's or OpenJPEG's exported targets name this machine's bundle path (they would not work elsewhere)"
+fi
 find "$BUNDLE/lib" -name 'libdcm*.a' -o -name 'libof*.a' -o -name 'libijg*.a' -o -name 'libopenjp2.a' | xargs strip --strip-debug
 
 # 5. Header-only dependencies, copied out of the Debian packages (their CMake configs find the prefix
@@ -274,7 +285,7 @@ if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -qui
     echo "  source: Debian source package yaml-cpp $YAML_VERSION (apt-get source)"
     echo "googletest $GTEST_VERSION: gtest, gtest_main, gmock, gmock_main, static"
     echo "  source: Debian package googletest $GTEST_VERSION (/usr/src/googletest)"
-    echo "dcmtk $(deb_source_version dcmtk): ofstd oflog dcmdata dcmimgle dcmimage dcmjpeg dcmjpls (IJG libjpeg 8/12/16-bit, CharLS built in), static, builtin dictionary, no zlib"
+    echo "dcmtk $(deb_source_version dcmtk): ofstd oflog dcmdata dcmimgle dcmimage dcmjpeg dcmjpls (IJG libjpeg 8/12/16-bit, CharLS built in), static, builtin dictionary, with OpenCV's zlib"
     echo "  source: Debian source package dcmtk $(deb_source_version dcmtk) (apt-get source)"
     echo "openjpeg $(deb_source_version openjpeg2): libopenjp2, static"
     echo "  source: Debian source package openjpeg2 $(deb_source_version openjpeg2) (apt-get source)"
