@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -152,6 +153,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --memory-limit %s: expected bytes, at least 64 MiB\n", argv[2]);
     return 2;
   }
+  // A Ctrl-C or a job manager's SIGTERM reaches the whole process group: ranzcr stops gracefully and must
+  // not find its helpers dead mid-image. The helper ends when its socket closes, or by ranzcr's SIGKILL.
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+  std::signal(SIGHUP, SIG_IGN);
   warm_up();
   // The codecs print to stderr in places (a codec's warning): from here on that is
   // /dev/null, the one other descriptor the filter lets it write to.

@@ -4,12 +4,15 @@
 // finishes its epochs; predict over a folder holding one such file ends with one error line naming it.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "data/csv.h"
 #include "data/synth.h"
+#include "tests/process_util.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -110,6 +113,40 @@ TEST_F(DicomSandboxCli, PredictEndsWithOneLineNamingTheFile) {
     EXPECT_NE(errors[0].find("DICOM file " + images + "/" + name + ": "), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(out));
   }
+}
+
+// A Ctrl-C or a job manager's SIGTERM reaches the helpers too (they are in ranzcr's process group): they
+// ignore it, so the run stops as it does without DICOM (saved mid-epoch, 128 + SIGTERM), with no image
+// lost to a helper that died under it; the helpers end after ranzcr.
+TEST_F(DicomSandboxCli, SigtermToTheWholeProcessGroupStopsTheRunGracefully) {
+  const std::string run = *dir_ / "sigterm";
+  const std::string log = run + ".log";
+  const pid_t pid = test::spawn(
+      {"train", "--config", *dir_ / "cfg.yaml", "--set", "output.dir=" + run, "--set", "train.epochs=200"},
+      {}, log);
+  ASSERT_TRUE(test::wait_for_text(log, "epoch 2/200", 120)) << test::read_file(log);
+  std::vector<pid_t> group{pid};  // ranzcr and its helpers, as kill(-pgid) would reach them
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream children(task.path() / "children");
+    for (pid_t child; children >> child;) group.push_back(child);
+  }
+  ASSERT_GE(group.size(), 2u) << "no helper running";
+  for (pid_t p : group) ::kill(p, SIGTERM);
+  EXPECT_EQ(test::wait_exit(pid, 120), 128 + SIGTERM) << test::read_file(log);
+  const std::string out = test::read_file(log);
+  EXPECT_NE(out.find("warning: stopped "), std::string::npos) << out;  // mid-epoch or after one: saved
+  EXPECT_NE(out.find("/checkpoints/last.pt (run the same command again to continue)"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("SIGTERM)"), std::string::npos) << out;  // no image lost to a helper killed by it
+  EXPECT_TRUE(test::error_lines(out).empty()) << out;
+  EXPECT_TRUE(test::wait_until(
+      [&] {
+        for (size_t i = 1; i < group.size(); ++i)
+          if (::kill(group[i], 0) == 0) return false;
+        return true;
+      },
+      10))
+      << "a helper outlived ranzcr";
 }
 
 }  // namespace
