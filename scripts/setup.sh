@@ -22,9 +22,9 @@ die() {
 }
 # A reference package that could not be installed: a note, but under CI (CI=true) an error, since the tests
 # that compare with it would fail there anyway (tests/test_util.h, RANZCR_SKIP_WITHOUT_REFERENCE).
-reference_missing() {
-  if [ "${CI:-}" = true ]; then die "$* (CI=true: every reference must be installed)"; fi
-  say "$*"
+reference_missing() { # reference_missing WHAT_FAILED WHAT_IS_SKIPPED
+  if [ "${CI:-}" = true ]; then die "$1 (CI=true: every reference must be installed)"; fi
+  say "$1: $2"
 }
 apt_install() {
   [ "${RANZCR_OFFLINE:-0}" = 1 ] && die "missing$*, and RANZCR_OFFLINE=1 forbids apt-get: install them first"
@@ -92,7 +92,7 @@ if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import tens
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no tensorboard in .venv (RANZCR_OFFLINE=1 forbids pip): the TensorBoard reader test will be skipped"
   elif ! "$ROOT/.venv/bin/pip" install -q "${TENSORBOARD_PIP_SPEC:-tensorboard}" > "$ROOT/.venv/pip-tensorboard.log" 2>&1; then
-    reference_missing "pip install tensorboard failed (.venv/pip-tensorboard.log): the TensorBoard reader test will be skipped"
+    reference_missing "pip install tensorboard failed (.venv/pip-tensorboard.log)" "the TensorBoard reader test will be skipped"
   fi
 fi
 # timm's model code (pure Python), for the test that compares our logits with timm's
@@ -103,7 +103,7 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no timm in .venv (RANZCR_OFFLINE=1 forbids pip): the timm parity test will be skipped"
   elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${TIMM_PIP_SPEC:-timm==1.0.31}" > "$ROOT/.venv/pip-timm.log" 2>&1; then
-    reference_missing "pip install timm failed (.venv/pip-timm.log): the timm parity test will be skipped"
+    reference_missing "pip install timm failed (.venv/pip-timm.log)" "the timm parity test will be skipped"
   fi
 fi
 
@@ -115,7 +115,7 @@ if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import hugg
     say "no huggingface_hub/safetensors in .venv (RANZCR_OFFLINE=1 forbids pip): the Hub cache interop tests will be skipped"
   elif ! "$ROOT/.venv/bin/pip" install -q ${HUB_PIP_SPECS:-huggingface_hub==2.4.0 safetensors==0.8.0} \
     > "$ROOT/.venv/pip-hub.log" 2>&1; then
-    reference_missing "pip install huggingface_hub/safetensors failed (.venv/pip-hub.log): the Hub cache interop tests will be skipped"
+    reference_missing "pip install huggingface_hub/safetensors failed (.venv/pip-hub.log)" "the Hub cache interop tests will be skipped"
   fi
 fi
 
@@ -128,7 +128,7 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
     say "no pydicom/scikit-learn in .venv (RANZCR_OFFLINE=1 forbids pip): the pydicom and scikit-learn comparisons will be skipped"
   elif ! "$ROOT/.venv/bin/pip" install -q ${REFERENCE_PIP_SPECS:-pydicom==3.0.2 pylibjpeg==2.1.0 pylibjpeg-libjpeg==2.5.0 pylibjpeg-openjpeg==2.6.0 pylibjpeg-rle==2.2.0 scikit-learn==1.9.1} \
     > "$ROOT/.venv/pip-reference.log" 2>&1; then
-    reference_missing "pip install pydicom/scikit-learn failed (.venv/pip-reference.log): those comparisons will be skipped"
+    reference_missing "pip install pydicom/scikit-learn failed (.venv/pip-reference.log)" "those comparisons will be skipped"
   fi
 fi
 
