@@ -223,16 +223,29 @@ fi
 # name that archive by its path in this bundle, which becomes relative to the bundle wherever it is unpacked.
 OPENCV_ZLIB=$BUNDLE/lib/opencv4/3rdparty/libzlib.a
 [ -f "$OPENCV_ZLIB" ] || die "no $OPENCV_ZLIB: OpenCV's step must build its zlib (BUILD_ZLIB=ON)"
-if [ -f "$STAMPS/dicom-libs-zlib-off" ] || grep -qs "zlib OFF" "$BUNDLE/.stamps/dicom-libs"; then
-  rm -f "$BUNDLE/.stamps/dicom-libs" "$STAMPS/dicom-libs-zlib-off"  # built without zlib before: again, with it
+# System libraries that the bundle's exported targets may name: glibc's, which every host has. DCMTK links
+# libnsl and libsocket where it finds them (for Solaris), and Debian has libnsl: the GPU host (Ubuntu 24.04)
+# has none, and its link stopped at `cannot find -lnsl`. glibc has what DCMTK takes from them.
+system_libs_outside_glibc() {
+  sed -n 's/.*INTERFACE_LINK_LIBRARIES "\(.*\)"/\1/p' "$BUNDLE"/lib/cmake/dcmtk/DCMTKTargets.cmake \
+    "$BUNDLE"/lib/openjpeg-*/OpenJPEGTargets.cmake 2>/dev/null | tr ';' '\n' |
+    { grep -v -E '^(DCMTK::.*|openjp2|\$\{_IMPORT_PREFIX\}/.*|-?l?(c|m|dl|pthread|rt)|)$' || true; } | sort -u | paste -sd ' '
+}
+# A bundle built without zlib, or linking such a library: built again.
+if [ -f "$STAMPS/dicom-libs-zlib-off" ] || grep -qs "zlib OFF" "$BUNDLE/.stamps/dicom-libs" ||
+  [ -n "$(system_libs_outside_glibc)" ]; then
+  rm -f "$BUNDLE/.stamps/dicom-libs" "$STAMPS/dicom-libs-zlib-off"
 fi
 LOGS=$LOGS DICOM_LIBS_BUILD_DIR=$WORK/dicom-libs JOBS=$JOBS dicom_libs_install "$BUNDLE" dicom-libs \
-  -DZLIB_INCLUDE_DIR="$OPENCV_SRC/3rdparty/zlib" -DZLIB_LIBRARY="$OPENCV_ZLIB"
+  -DZLIB_INCLUDE_DIR="$OPENCV_SRC/3rdparty/zlib" -DZLIB_LIBRARY="$OPENCV_ZLIB" \
+  -DHAVE_LIBNSL_MAIN=OFF -DHAVE_LIBNSL=OFF -DHAVE_LIBSOCKET_MAIN=OFF -DHAVE_LIBSOCKET=OFF
 sed -i "s|$BUNDLE/lib/opencv4/3rdparty/libzlib.a|\${_IMPORT_PREFIX}/lib/opencv4/3rdparty/libzlib.a|g" "$BUNDLE"/lib/cmake/dcmtk/*.cmake
 # (Their Config files also hold this machine's paths, but only to compute relative ones, or unused.)
 if grep -qs "$BUNDLE" "$BUNDLE"/lib/cmake/dcmtk/DCMTKTargets*.cmake "$BUNDLE"/lib/openjpeg-*/OpenJPEGTargets*.cmake; then
   die "DCMTK's or OpenJPEG's exported targets name this machine's bundle path (they would not work elsewhere)"
 fi
+foreign=$(system_libs_outside_glibc)
+[ -z "$foreign" ] || die "DCMTK's or OpenJPEG's exported targets link $foreign, which the host may not have"
 find "$BUNDLE/lib" -name 'libdcm*.a' -o -name 'libof*.a' -o -name 'libijg*.a' -o -name 'libopenjp2.a' | xargs strip --strip-debug
 
 # 5. Header-only dependencies, copied out of the Debian packages (their CMake configs find the prefix
