@@ -71,6 +71,7 @@ class Walker {
       const Header h = header(pos, size_, /*is_explicit=*/true, /*big=*/false);
       if (h.length == kUndefined) fail("a file meta element of undefined length");
       need(h.value, h.length, size_, "a file meta element");
+      if (h.tag == 0x00020000) group_length(pos, h);
       if (h.tag == 0x00020010)
         syntax(std::string_view(reinterpret_cast<const char*>(b_ + h.value), h.length));
       pos = h.value + h.length;
@@ -115,6 +116,17 @@ class Walker {
     return h;
   }
 
+  // (0002,0000), the meta group's length, is one UL (PS3.10 7.1). DCMTK 3.6.7 casts it to its UL class
+  // whatever its VR says (dcmetinf.cc, readGroupLength): with another VR that is a call through the wrong
+  // type, which UBSan reports.
+  void group_length(size_t pos, const Header& h) const {
+    const std::string_view vr(reinterpret_cast<const char*>(b_ + pos + 4), 2);
+    if (valid_vr(b_ + pos + 4) && vr != "UL")
+      fail("the file meta group length (0002,0000) has VR " + std::string(vr) + ", not UL");
+    if (h.length != 4)
+      fail("the file meta group length (0002,0000) is " + std::to_string(h.length) + " bytes, not 4");
+  }
+
   // The elements in [pos, end), or up to an item delimiter (an item of undefined length). Returns where the
   // walk stopped (after the delimiter).
   size_t elements(size_t pos, size_t end, int depth, bool until_item_end) {
@@ -135,7 +147,8 @@ class Walker {
   size_t value(const Header& h, size_t end, int depth) {
     if (h.length != kUndefined) {
       need(h.value, h.length, end, "an element's value");
-      // A sequence (or, in implicit VR, any value that starts with an item) is walked: a parser reads its items.
+      // A sequence (or, in implicit VR, any value that starts with an item) is walked: a parser reads its
+      // items.
       if (h.sequence || (h.length >= 8 && h.tag != kPixelData && u32(h.value, big_) == kItem))
         items(h.value, h.value + h.length, depth + 1, /*fragments=*/false, /*until_end=*/false);
       return h.value + h.length;
