@@ -258,8 +258,10 @@ bool is_jpeg_or_jpeg_ls(E_TransferSyntax xfer) {
 }
 
 // A JPEG or JPEG-LS frame's own size (its SOF marker) must be the header's: DCMTK decodes a smaller stream
-// into the header's buffer and leaves the rest as it was. We do not guess which size is right.
-void check_jpeg_frame_size(DcmPixelData& pixels, const PixelFormat& f, const std::string& name) {
+// into the header's buffer and leaves the rest as it was. We do not guess which size is right. A JPEG-LS
+// scan's interleave mode must be one CharLS has (it loads the byte as its enum, unchecked: UBSan).
+void check_jpeg_frame_size(DcmPixelData& pixels, const PixelFormat& f, bool is_jpeg_ls,
+                           const std::string& name) {
   const std::vector<unsigned char> stream = frame_stream(pixels, name);
   int width = 0, height = 0;
   if (!jpeg_frame_size(stream.data(), stream.size(), &width, &height))
@@ -268,6 +270,12 @@ void check_jpeg_frame_size(DcmPixelData& pixels, const PixelFormat& f, const std
     fail(name, "declares " + std::to_string(f.cols) + " x " + std::to_string(f.rows) +
                    " pixels, but its pixel data is " + std::to_string(width) + " x " +
                    std::to_string(height) + ", expected the same size");
+  if (!is_jpeg_ls) return;
+  const int ilv = jpeg_ls_interleave_mode(stream.data(), stream.size());
+  if (ilv < 0 || ilv > 2)
+    fail(name, ilv < 0
+                   ? std::string("has a JPEG-LS stream without a whole scan header (SOS)")
+                   : "has a JPEG-LS scan of interleave mode " + std::to_string(ilv) + ", expected 0, 1 or 2");
 }
 
 // The frame's pixel data as uncompressed pixel data would hold it (little endian), decoded when encapsulated.
@@ -279,7 +287,8 @@ std::vector<unsigned char> frame_bytes(DcmDataset& ds, const PixelFormat& f, con
   if (!pixels) fail(name, "has a Pixel Data element DCMTK cannot read as pixels");
   if (xfer == EXS_JPEG2000LosslessOnly || xfer == EXS_JPEG2000) return j2k_frame(*pixels, f, name);
   if (DcmXfer(xfer).isEncapsulated()) {
-    if (is_jpeg_or_jpeg_ls(xfer)) check_jpeg_frame_size(*pixels, f, name);
+    if (is_jpeg_or_jpeg_ls(xfer))
+      check_jpeg_frame_size(*pixels, f, xfer == EXS_JPEGLSLossless || xfer == EXS_JPEGLSLossy, name);
     const OFCondition st = ds.chooseRepresentation(EXS_LittleEndianExplicit, nullptr);
     if (st.bad())
       fail(name, "its pixel data cannot be decoded (truncated, corrupt, or " + transfer_syntax_name(xfer) +

@@ -32,4 +32,25 @@ inline bool jpeg_frame_size(const unsigned char* b, size_t size, int* width, int
   return false;
 }
 
+/// JPEG-LS: the interleave mode (ILV) of the first scan header (SOS) of the stream `b` (`size` bytes,
+/// starting with SOI), or -1 when no whole scan header is found before the markers run out. PS3.5 A.4.5
+/// allows 0 (none), 1 (line) and 2 (sample); CharLS stores the byte into its enum unchecked.
+inline int jpeg_ls_interleave_mode(const unsigned char* b, size_t size) {
+  size_t i = 2;
+  while (i + 4 < size) {
+    if (b[i] != 0xFF) return -1;
+    const unsigned char marker = b[i + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (marker == 0xDA) {  // SOS: length, Ns, Ns x (Ci, Tmi), NEAR, ILV
+      const size_t ilv = i + 4 + 1 + 2 * static_cast<size_t>(b[i + 4]) + 1;
+      return ilv < size ? b[ilv] : -1;
+    }
+    i += 2 + ((static_cast<size_t>(b[i + 2]) << 8) | b[i + 3]);
+  }
+  return -1;
+}
+
 }  // namespace ranzcr
