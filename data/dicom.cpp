@@ -259,7 +259,8 @@ bool is_jpeg_or_jpeg_ls(E_TransferSyntax xfer) {
 
 // A JPEG or JPEG-LS frame's own size (its SOF marker) must be the header's: DCMTK decodes a smaller stream
 // into the header's buffer and leaves the rest as it was. We do not guess which size is right. A JPEG-LS
-// scan's interleave mode must be one CharLS has (it loads the byte as its enum, unchecked: UBSan).
+// scan's interleave mode must be one CharLS has (it loads the byte as its enum, unchecked: UBSan); a JPEG
+// stream's DC and lossless Huffman symbols at most 16 (IJG libjpeg reads past its tables with larger ones).
 void check_jpeg_frame_size(DcmPixelData& pixels, const PixelFormat& f, bool is_jpeg_ls,
                            const std::string& name) {
   const std::vector<unsigned char> stream = frame_stream(pixels, name);
@@ -270,7 +271,13 @@ void check_jpeg_frame_size(DcmPixelData& pixels, const PixelFormat& f, bool is_j
     fail(name, "declares " + std::to_string(f.cols) + " x " + std::to_string(f.rows) +
                    " pixels, but its pixel data is " + std::to_string(width) + " x " +
                    std::to_string(height) + ", expected the same size");
-  if (!is_jpeg_ls) return;
+  if (!is_jpeg_ls) {
+    const int symbol = jpeg_dc_symbol_over_16(stream.data(), stream.size());
+    if (symbol >= 0)
+      fail(name, "has a JPEG Huffman table (DC or lossless) with a symbol of " + std::to_string(symbol) +
+                     " bits, expected at most 16");
+    return;
+  }
   const int ilv = jpeg_ls_interleave_mode(stream.data(), stream.size());
   if (ilv < 0 || ilv > 2)
     fail(name, ilv < 0

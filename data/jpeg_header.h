@@ -32,6 +32,35 @@ inline bool jpeg_frame_size(const unsigned char* b, size_t size, int* width, int
   return false;
 }
 
+/// The first symbol above 16 in a DC or lossless Huffman table (DHT, table class 0) before the first scan of
+/// the stream `b` (`size` bytes, starting with SOI), or -1 when there is none. Such a symbol is a number of
+/// bits (T.81 F.1.2.1, H.1.2.2: at most 16); IJG libjpeg in DCMTK 3.6.7 only logs it (its strict check is a
+/// compile-time option Debian does not set) and then indexes its 17-entry tables with it.
+inline int jpeg_dc_symbol_over_16(const unsigned char* b, size_t size) {
+  size_t i = 2;
+  while (i + 4 <= size) {
+    if (b[i] != 0xFF) return -1;
+    const unsigned char marker = b[i + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (marker == 0xDA || marker == 0xD9) return -1;  // SOS, EOI
+    const size_t end = i + 2 + ((static_cast<size_t>(b[i + 2]) << 8) | b[i + 3]);
+    if (marker == 0xC4)  // DHT: tables of Tc/Th, 16 counts, then the symbols
+      for (size_t t = i + 4; t + 17 <= end && t + 17 <= size;) {
+        size_t n = 0;
+        for (size_t k = 1; k <= 16; ++k) n += b[t + k];
+        const bool dc = (b[t] >> 4) == 0;
+        for (size_t k = t + 17; dc && k < t + 17 + n && k < end && k < size; ++k)
+          if (b[k] > 16) return b[k];
+        t += 17 + n;
+      }
+    i = end;
+  }
+  return -1;
+}
+
 /// JPEG-LS: the interleave mode (ILV) of the first scan header (SOS) of the stream `b` (`size` bytes,
 /// starting with SOI), or -1 when no whole scan header is found before the markers run out. PS3.5 A.4.5
 /// allows 0 (none), 1 (line) and 2 (sample); CharLS stores the byte into its enum unchecked.
