@@ -257,6 +257,26 @@ bool is_jpeg_or_jpeg_ls(E_TransferSyntax xfer) {
   return n >= 50 && n <= 89;
 }
 
+// What DCMTK's decoders take from a JPEG or JPEG-LS stream unchecked, each found by the dicom fuzz target
+// (docs/security.md): a precision outside 2..16 bits or a point transform not below it (IJG's lossless
+// predictor shifts by P - Al - 1), a DC or lossless Huffman symbol above 16 (IJG reads past its tables), a
+// JPEG-LS interleave mode CharLS has no value for (it loads the byte into its enum).
+void check_scan_headers(const JpegScanHeaders& h, bool is_jpeg_ls, const std::string& name) {
+  const std::string what = is_jpeg_ls ? "JPEG-LS" : "JPEG";
+  if (h.precision < 2 || h.precision > 16)
+    fail(name,
+         "has a " + what + " frame of " + std::to_string(h.precision) + "-bit samples, expected 2 to 16");
+  if (h.al < 0) fail(name, "has a " + what + " stream without a whole scan header (SOS)");
+  if (h.al >= h.precision)
+    fail(name, "has a " + what + " scan with a point transform of " + std::to_string(h.al) + " bits for " +
+                   std::to_string(h.precision) + "-bit samples, expected fewer");
+  if (h.dc_symbol_over_16 >= 0)
+    fail(name, "has a JPEG Huffman table (DC or lossless) with a symbol of " +
+                   std::to_string(h.dc_symbol_over_16) + " bits, expected at most 16");
+  if (is_jpeg_ls && h.se > 2)
+    fail(name, "has a JPEG-LS scan of interleave mode " + std::to_string(h.se) + ", expected 0, 1 or 2");
+}
+
 // A JPEG or JPEG-LS frame's own size (its SOF marker) must be the header's: DCMTK decodes a smaller stream
 // into the header's buffer and leaves the rest as it was. We do not guess which size is right. A JPEG-LS
 // scan's interleave mode must be one CharLS has (it loads the byte as its enum, unchecked: UBSan); a JPEG
@@ -271,18 +291,7 @@ void check_jpeg_frame_size(DcmPixelData& pixels, const PixelFormat& f, bool is_j
     fail(name, "declares " + std::to_string(f.cols) + " x " + std::to_string(f.rows) +
                    " pixels, but its pixel data is " + std::to_string(width) + " x " +
                    std::to_string(height) + ", expected the same size");
-  if (!is_jpeg_ls) {
-    const int symbol = jpeg_dc_symbol_over_16(stream.data(), stream.size());
-    if (symbol >= 0)
-      fail(name, "has a JPEG Huffman table (DC or lossless) with a symbol of " + std::to_string(symbol) +
-                     " bits, expected at most 16");
-    return;
-  }
-  const int ilv = jpeg_ls_interleave_mode(stream.data(), stream.size());
-  if (ilv < 0 || ilv > 2)
-    fail(name, ilv < 0
-                   ? std::string("has a JPEG-LS stream without a whole scan header (SOS)")
-                   : "has a JPEG-LS scan of interleave mode " + std::to_string(ilv) + ", expected 0, 1 or 2");
+  check_scan_headers(jpeg_scan_headers(stream.data(), stream.size()), is_jpeg_ls, name);
 }
 
 // The frame's pixel data as uncompressed pixel data would hold it (little endian), decoded when encapsulated.

@@ -2,6 +2,7 @@
 // files (data/image_pipeline.cpp) and DICOM's encapsulated JPEG and JPEG-LS frames (data/dicom.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 namespace ranzcr {
@@ -32,54 +33,62 @@ inline bool jpeg_frame_size(const unsigned char* b, size_t size, int* width, int
   return false;
 }
 
-/// The first symbol above 16 in a DC or lossless Huffman table (DHT, table class 0) before the first scan of
-/// the stream `b` (`size` bytes, starting with SOI), or -1 when there is none. Such a symbol is a number of
-/// bits (T.81 F.1.2.1, H.1.2.2: at most 16); IJG libjpeg in DCMTK 3.6.7 only logs it (its strict check is a
-/// compile-time option Debian does not set) and then indexes its 17-entry tables with it.
-inline int jpeg_dc_symbol_over_16(const unsigned char* b, size_t size) {
-  size_t i = 2;
-  while (i + 4 <= size) {
-    if (b[i] != 0xFF) return -1;
-    const unsigned char marker = b[i + 1];
-    if (marker == 0xFF) {  // fill byte
-      ++i;
-      continue;
-    }
-    if (marker == 0xDA || marker == 0xD9) return -1;  // SOS, EOI
-    const size_t end = i + 2 + ((static_cast<size_t>(b[i + 2]) << 8) | b[i + 3]);
-    if (marker == 0xC4)  // DHT: tables of Tc/Th, 16 counts, then the symbols
-      for (size_t t = i + 4; t + 17 <= end && t + 17 <= size;) {
-        size_t n = 0;
-        for (size_t k = 1; k <= 16; ++k) n += b[t + k];
-        const bool dc = (b[t] >> 4) == 0;
-        for (size_t k = t + 17; dc && k < t + 17 + n && k < end && k < size; ++k)
-          if (b[k] > 16) return b[k];
-        t += 17 + n;
-      }
-    i = end;
+/// What a JPEG or JPEG-LS stream says before its first scan's data, for the checks no decoder of DCMTK 3.6.7
+/// makes (data/dicom.cpp). -1 where the stream has no such value before the markers run out.
+struct JpegScanHeaders {
+  int sof = -1;        // the frame header's marker: 0xC0-0xCF (JPEG), 0xF7 (JPEG-LS)
+  int precision = -1;  // its sample precision P, in bits
+  /// The first symbol above 16 of a DC or lossless Huffman table (DHT, class 0). A symbol is a number of bits
+  /// (T.81 F.1.2.1, H.1.2.2: at most 16); IJG libjpeg in DCMTK only logs a larger one (its strict check is a
+  /// compile-time option Debian does not set) and then indexes its 17-entry tables with it.
+  int dc_symbol_over_16 = -1;
+  /// The first scan header (SOS), after its components: Ss, Se and Al (JPEG: spectral selection or the
+  /// lossless predictor, and the point transform; JPEG-LS: NEAR, ILV and the point transform).
+  int ss = -1, se = -1, al = -1;
+};
+
+inline void read_dht(const unsigned char* b, size_t from, size_t end, JpegScanHeaders* h) {
+  for (size_t t = from; t + 17 <= end;) {  // tables of Tc/Th, 16 counts, then the symbols
+    size_t n = 0;
+    for (size_t k = 1; k <= 16; ++k) n += b[t + k];
+    for (size_t k = t + 17; (b[t] >> 4) == 0 && k < t + 17 + n && k < end; ++k)
+      if (b[k] > 16 && h->dc_symbol_over_16 < 0) h->dc_symbol_over_16 = b[k];
+    t += 17 + n;
   }
-  return -1;
 }
 
-/// JPEG-LS: the interleave mode (ILV) of the first scan header (SOS) of the stream `b` (`size` bytes,
-/// starting with SOI), or -1 when no whole scan header is found before the markers run out. PS3.5 A.4.5
-/// allows 0 (none), 1 (line) and 2 (sample); CharLS stores the byte into its enum unchecked.
-inline int jpeg_ls_interleave_mode(const unsigned char* b, size_t size) {
+/// Reads the stream `b` (`size` bytes, starting with SOI) up to its first scan's data.
+inline JpegScanHeaders jpeg_scan_headers(const unsigned char* b, size_t size) {
+  JpegScanHeaders h;
   size_t i = 2;
-  while (i + 4 < size) {
-    if (b[i] != 0xFF) return -1;
+  while (i + 4 <= size && b[i] == 0xFF) {
     const unsigned char marker = b[i + 1];
     if (marker == 0xFF) {  // fill byte
       ++i;
       continue;
     }
-    if (marker == 0xDA) {  // SOS: length, Ns, Ns x (Ci, Tmi), NEAR, ILV
-      const size_t ilv = i + 4 + 1 + 2 * static_cast<size_t>(b[i + 4]) + 1;
-      return ilv < size ? b[ilv] : -1;
+    if (marker == 0xD9) break;  // EOI
+    const size_t end = std::min(size, i + 2 + ((static_cast<size_t>(b[i + 2]) << 8) | b[i + 3]));
+    const bool sof =
+        (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) ||
+        marker == 0xF7;
+    if (sof && h.sof < 0 && i + 4 < end) {
+      h.sof = marker;
+      h.precision = b[i + 4];
     }
-    i += 2 + ((static_cast<size_t>(b[i + 2]) << 8) | b[i + 3]);
+    if (marker == 0xC4) read_dht(b, i + 4, end, &h);
+    if (marker == 0xDA) {  // SOS: length, Ns, Ns x (Cs, Td/Ta), Ss, Se, Ah/Al
+      const size_t at = i + 5 + 2 * static_cast<size_t>(i + 4 < end ? b[i + 4] : 0);
+      if (at + 2 < end) {
+        h.ss = b[at];
+        h.se = b[at + 1];
+        h.al = b[at + 2] & 0x0F;
+      }
+      break;
+    }
+    i = end;
   }
-  return -1;
+  return h;
 }
 
 }  // namespace ranzcr
