@@ -257,10 +257,17 @@ bool is_jpeg_or_jpeg_ls(E_TransferSyntax xfer) {
   return n >= 50 && n <= 89;
 }
 
+std::string hex_byte(int v) {
+  char s[4];
+  std::snprintf(s, sizeof s, "%02x", v & 0xFF);
+  return s;
+}
+
 // What DCMTK's decoders take from a JPEG or JPEG-LS stream unchecked, each found by the dicom fuzz target
 // (docs/security.md): a precision outside 2..16 bits or a point transform not below it (IJG's lossless
-// predictor shifts by P - Al - 1), a DC or lossless Huffman symbol above 16 (IJG reads past its tables), a
-// JPEG-LS interleave mode CharLS has no value for (it loads the byte into its enum).
+// predictor shifts by P - Al - 1), a Huffman table id out of range or a DC or lossless symbol above 16 (IJG
+// indexes its tables with them), a JPEG-LS interleave mode CharLS has no value for (it loads the byte into
+// its enum).
 void check_scan_headers(const JpegScanHeaders& h, bool is_jpeg_ls, const std::string& name) {
   const std::string what = is_jpeg_ls ? "JPEG-LS" : "JPEG";
   if (h.precision < 2 || h.precision > 16)
@@ -270,6 +277,9 @@ void check_scan_headers(const JpegScanHeaders& h, bool is_jpeg_ls, const std::st
   if (h.al >= h.precision)
     fail(name, "has a " + what + " scan with a point transform of " + std::to_string(h.al) + " bits for " +
                    std::to_string(h.precision) + "-bit samples, expected fewer");
+  if (h.bad_table >= 0)
+    fail(name, "has a JPEG Huffman table with class and destination 0x" + hex_byte(h.bad_table) +
+                   ", expected class 0 or 1 and destination 0 to 3");
   if (h.dc_symbol_over_16 >= 0)
     fail(name, "has a JPEG Huffman table (DC or lossless) with a symbol of " +
                    std::to_string(h.dc_symbol_over_16) + " bits, expected at most 16");

@@ -42,6 +42,9 @@ struct JpegScanHeaders {
   /// (T.81 F.1.2.1, H.1.2.2: at most 16); IJG libjpeg in DCMTK only logs a larger one (its strict check is a
   /// compile-time option Debian does not set) and then indexes its 17-entry tables with it.
   int dc_symbol_over_16 = -1;
+  /// The first Huffman table of a class other than 0 or 1 or a destination other than 0..3 (T.81 B.2.4.2):
+  /// IJG libjpeg forms a pointer into its four tables with it before it checks (UBSan).
+  int bad_table = -1;
   /// The first scan header (SOS), after its components: Ss, Se and Al (JPEG: spectral selection or the
   /// lossless predictor, and the point transform; JPEG-LS: NEAR, ILV and the point transform).
   int ss = -1, se = -1, al = -1;
@@ -49,6 +52,7 @@ struct JpegScanHeaders {
 
 inline void read_dht(const unsigned char* b, size_t from, size_t end, JpegScanHeaders* h) {
   for (size_t t = from; t + 17 <= end;) {  // tables of Tc/Th, 16 counts, then the symbols
+    if (((b[t] >> 4) > 1 || (b[t] & 0x0F) > 3) && h->bad_table < 0) h->bad_table = b[t];
     size_t n = 0;
     for (size_t k = 1; k <= 16; ++k) n += b[t + k];
     for (size_t k = t + 17; (b[t] >> 4) == 0 && k < t + 17 + n && k < end; ++k)
