@@ -10,6 +10,8 @@
 #   scripts/fuzz.sh --replay FILE|DIR...  # run the targets' programs once over inputs (no fuzzing)
 #   scripts/fuzz.sh --replay-checked-in   # each target once over its fuzz/corpus/ and fuzz/regressions/
 #                                         # under the sanitizers: CI's gate (no random seed, no time box)
+#   scripts/fuzz.sh --seconds 1800 --targets dicom --keep-going   # libFuzzer's fork mode: goes on past each
+#                                         # finding for the whole time, keeps every input in artifacts/, fails at the end
 #   --seed N: libFuzzer's seed for every target (default: a new one each run, named when a target fails; the
 #             same seed does not promise the same path: a seed-1 pass found on one clone what it missed on another)
 # The inputs found while fuzzing stay in build-fuzz/run/<target>/corpus (seeds of the next run there); the
@@ -27,6 +29,7 @@ BUILD_ONLY=0
 SEED=0
 REPLAY=()
 REPLAY_CHECKED_IN=0
+KEEP_GOING=()
 die() {
   echo "error: $*" >&2
   exit 1
@@ -40,7 +43,8 @@ while [ $# -gt 0 ]; do
     --build-only) BUILD_ONLY=1; shift ;;
     --replay) shift; REPLAY=("$@"); break ;;
     --replay-checked-in) REPLAY_CHECKED_IN=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --keep-going) KEEP_GOING=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1); shift ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see scripts/fuzz.sh --help)" ;;
   esac
 done
@@ -135,12 +139,16 @@ run_target() {
   local TIMEFORMAT='%U %S'  # the CPU seconds it took, user and system, into cpu.txt
   { time "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
     -max_len="$(max_len "$t")" -artifact_prefix="$work/artifacts/" -print_final_stats=1 -seed="$SEED" "${dict[@]}" \
-    "$work/corpus" "fuzz/corpus/$t" > "$work/log.txt" 2>&1; } 2> "$work/cpu.txt"
+    "${KEEP_GOING[@]}" "$work/corpus" "fuzz/corpus/$t" > "$work/log.txt" 2>&1; } 2> "$work/cpu.txt"
+  local rc=$?
+  # In fork mode libFuzzer goes on after a finding: an input it kept fails the target all the same.
+  [ "$rc" = 0 ] && [ -z "$(ls -A "$work/artifacts")" ]
 }
 summary() {  # one line of a target's figures from its log
   local t=$1 rc=$2 log=$BUILD/run/$1/log.txt
   local execs cov ft corp rss cpu
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  [ -n "$execs" ] || execs=$(sed -n 's/^#\([0-9]*\): cov.*/\1/p' "$log" | tail -1)  # fork mode
   cpu=$(awk 'NF == 2 { printf "%.0f", $1 + $2 }' "$BUILD/run/$1/cpu.txt" 2>/dev/null)
   rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
