@@ -288,20 +288,18 @@ void check_scan_headers(const JpegScanHeaders& h, bool is_jpeg_ls, const std::st
 }
 
 // A JPEG or JPEG-LS frame's own size (its SOF marker) must be the header's: DCMTK decodes a smaller stream
-// into the header's buffer and leaves the rest as it was. We do not guess which size is right. A JPEG-LS
-// scan's interleave mode must be one CharLS has (it loads the byte as its enum, unchecked: UBSan); a JPEG
-// stream's DC and lossless Huffman symbols at most 16 (IJG libjpeg reads past its tables with larger ones).
+// into the header's buffer and leaves the rest as it was. We do not guess which size is right. Then what
+// check_scan_headers refuses.
 void check_jpeg_frame_size(DcmPixelData& pixels, const PixelFormat& f, bool is_jpeg_ls,
                            const std::string& name) {
   const std::vector<unsigned char> stream = frame_stream(pixels, name);
-  int width = 0, height = 0;
-  if (!jpeg_frame_size(stream.data(), stream.size(), &width, &height))
-    fail(name, "has JPEG pixel data without a frame header (SOF marker)");
-  if (width != f.cols || height != f.rows)
+  const JpegScanHeaders h = jpeg_scan_headers(stream.data(), stream.size());
+  if (h.sof < 0) fail(name, "has JPEG pixel data without a frame header (SOF marker)");
+  if (h.width != f.cols || h.height != f.rows)
     fail(name, "declares " + std::to_string(f.cols) + " x " + std::to_string(f.rows) +
-                   " pixels, but its pixel data is " + std::to_string(width) + " x " +
-                   std::to_string(height) + ", expected the same size");
-  check_scan_headers(jpeg_scan_headers(stream.data(), stream.size()), is_jpeg_ls, name);
+                   " pixels, but its pixel data is " + std::to_string(h.width) + " x " +
+                   std::to_string(h.height) + ", expected the same size");
+  check_scan_headers(h, is_jpeg_ls, name);
 }
 
 // The frame's pixel data as uncompressed pixel data would hold it (little endian), decoded when encapsulated.

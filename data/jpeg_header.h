@@ -7,6 +7,13 @@
 
 namespace ranzcr {
 
+/// Whether `marker` starts a frame header: SOF0-SOF15 less DHT (C4), JPG (C8) and DAC (CC), or JPEG-LS's
+/// SOF55.
+inline bool is_sof(unsigned char marker) {
+  return (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) ||
+         marker == 0xF7;
+}
+
 /// Width and height from the SOFn marker (JPEG baseline, extended, progressive, lossless, arithmetic) or
 /// JPEG-LS's SOF55 of the stream `b` (`size` bytes, starting with SOI), or false when no frame header is
 /// found before the markers run out.
@@ -20,10 +27,7 @@ inline bool jpeg_frame_size(const unsigned char* b, size_t size, int* width, int
       continue;
     }
     const size_t len = (static_cast<size_t>(b[i + 2]) << 8) | b[i + 3];
-    const bool sof =
-        (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) ||
-        marker == 0xF7;
-    if (sof) {
+    if (is_sof(marker)) {
       *height = (b[i + 5] << 8) | b[i + 6];
       *width = (b[i + 7] << 8) | b[i + 8];
       return true;
@@ -36,8 +40,9 @@ inline bool jpeg_frame_size(const unsigned char* b, size_t size, int* width, int
 /// What a JPEG or JPEG-LS stream says before its first scan's data, for the checks no decoder of DCMTK 3.6.7
 /// makes (data/dicom.cpp). -1 where the stream has no such value before the markers run out.
 struct JpegScanHeaders {
-  int sof = -1;        // the frame header's marker: 0xC0-0xCF (JPEG), 0xF7 (JPEG-LS)
-  int precision = -1;  // its sample precision P, in bits
+  int sof = -1;                 // the frame header's marker: 0xC0-0xCF (JPEG), 0xF7 (JPEG-LS)
+  int precision = -1;           // its sample precision P, in bits
+  int width = -1, height = -1;  // its X and Y
   /// The first symbol above 16 of a DC or lossless Huffman table (DHT, class 0). A symbol is a number of bits
   /// (T.81 F.1.2.1, H.1.2.2: at most 16); IJG libjpeg in DCMTK only logs a larger one (its strict check is a
   /// compile-time option Debian does not set) and then indexes its 17-entry tables with it.
@@ -61,7 +66,8 @@ inline void read_dht(const unsigned char* b, size_t from, size_t end, JpegScanHe
   }
 }
 
-/// Reads the stream `b` (`size` bytes, starting with SOI) up to its first scan's data.
+/// Reads the stream `b` (`size` bytes, starting with SOI) up to its first scan's data. A frame header after
+/// the first scan header is not seen (T.81 B.2.1: the frame header comes first).
 inline JpegScanHeaders jpeg_scan_headers(const unsigned char* b, size_t size) {
   JpegScanHeaders h;
   size_t i = 2;
@@ -73,12 +79,11 @@ inline JpegScanHeaders jpeg_scan_headers(const unsigned char* b, size_t size) {
     }
     if (marker == 0xD9) break;  // EOI
     const size_t end = std::min(size, i + 2 + ((static_cast<size_t>(b[i + 2]) << 8) | b[i + 3]));
-    const bool sof =
-        (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) ||
-        marker == 0xF7;
-    if (sof && h.sof < 0 && i + 4 < end) {
+    if (is_sof(marker) && h.sof < 0 && i + 8 < end) {  // length, P, Y (2 bytes), X (2 bytes)
       h.sof = marker;
       h.precision = b[i + 4];
+      h.height = (b[i + 5] << 8) | b[i + 6];
+      h.width = (b[i + 7] << 8) | b[i + 8];
     }
     if (marker == 0xC4) read_dht(b, i + 4, end, &h);
     if (marker == 0xDA) {  // SOS: length, Ns, Ns x (Cs, Td/Ta), Ss, Se, Ah/Al

@@ -39,6 +39,8 @@ TEST(JpegScanHeaders, ReadsAWellFormedLosslessStream) {
   const JpegScanHeaders h = jpeg_scan_headers(b.data(), b.size());
   EXPECT_EQ(h.sof, 0xC3);
   EXPECT_EQ(h.precision, 16);
+  EXPECT_EQ(h.width, 64);
+  EXPECT_EQ(h.height, 32);
   EXPECT_EQ(h.dc_symbol_over_16, -1);
   EXPECT_EQ(h.bad_table, -1);
   EXPECT_EQ(h.ss, 1);  // the predictor
@@ -71,6 +73,7 @@ TEST(JpegScanHeaders, StopsAtTheEndOfEveryTruncation) {
                     whole.begin() + n);  // a fresh buffer of exactly n bytes (ASan sees past it)
     const JpegScanHeaders h = jpeg_scan_headers(cut.data(), cut.size());
     if (h.al >= 0) EXPECT_EQ(h.precision, 16) << n;  // a scan header is only reported whole
+    if (h.sof >= 0) EXPECT_EQ(h.width, 64) << n;     // and a frame header
   }
 }
 
