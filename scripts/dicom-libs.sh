@@ -117,12 +117,6 @@ dicom_libs_install() {
   local common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib
     -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_C_FLAGS="$flags" "$@")
   rm -f "${LOGS:-$DICOM_LIBS_TP/logs}/$name-openjpeg.log" "${LOGS:-$DICOM_LIBS_TP/logs}/$name-dcmtk.log"
-  say "openjpeg $(deb_source_version openjpeg2): configuring and building (log: third_party/logs/$name-openjpeg.log)"
-  logged "$name-openjpeg" cmake -S "$openjpeg" -B "$build/openjpeg" "${common[@]}" -DCMAKE_CXX_FLAGS="$flags" -DBUILD_STATIC_LIBS=ON \
-    -DBUILD_CODEC=OFF -DBUILD_THIRDPARTY=OFF -DBUILD_TESTING=OFF -DBUILD_JPIP=OFF -DBUILD_DOC=OFF
-  logged "$name-openjpeg" cmake --build "$build/openjpeg" -j "${JOBS:-$(nproc)}"
-  logged "$name-openjpeg" cmake --install "$build/openjpeg"
-  say "dcmtk $(deb_source_version dcmtk): configuring and building (log: third_party/logs/$name-dcmtk.log)"
   local off
   # As Debian's debian/rules has them: C++17, DCMTK's STL, JPEG-LS's interleave default, the dictionaries'
   # install folder (a Debian patch makes it a setting).
@@ -132,7 +126,21 @@ dicom_libs_install() {
     -DDCMTK_DEFAULT_DICT=builtin -DDCMTK_ENABLE_PRIVATE_TAGS=OFF -DDCMTK_WITH_ZLIB="${DICOM_LIBS_ZLIB:-ON}"
     -DDCMTK_ENABLE_MANPAGES=OFF)
   for off in OPENSSL PNG TIFF XML ICONV ICU SNDFILE WRAP OPENJPEG DOXYGEN; do dcmtk_args+=("-DDCMTK_WITH_$off=OFF"); done
-  logged "$name-dcmtk" cmake -S "$dcmtk" -B "$build/dcmtk" "${common[@]}" "${dcmtk_args[@]}"
+  # DCMTK's configure is some 500 checks, one at a time (about a minute, longer under the sanitizers): it runs
+  # beside OpenJPEG's configure and build, which leave a core idle for much of that time.
+  say "dcmtk $(deb_source_version dcmtk): configuring (log: third_party/logs/$name-dcmtk.log)"
+  logged "$name-dcmtk" cmake -S "$dcmtk" -B "$build/dcmtk" "${common[@]}" "${dcmtk_args[@]}" &
+  local dcmtk_configure=$!
+  say "openjpeg $(deb_source_version openjpeg2): configuring and building (log: third_party/logs/$name-openjpeg.log)"
+  if ! (logged "$name-openjpeg" cmake -S "$openjpeg" -B "$build/openjpeg" "${common[@]}" -DCMAKE_CXX_FLAGS="$flags" \
+    -DBUILD_STATIC_LIBS=ON -DBUILD_CODEC=OFF -DBUILD_THIRDPARTY=OFF -DBUILD_TESTING=OFF -DBUILD_JPIP=OFF -DBUILD_DOC=OFF &&
+    logged "$name-openjpeg" cmake --build "$build/openjpeg" -j "${JOBS:-$(nproc)}" &&
+    logged "$name-openjpeg" cmake --install "$build/openjpeg"); then
+    wait "$dcmtk_configure" || true
+    exit 1
+  fi
+  wait "$dcmtk_configure" || exit 1 # logged has said why
+  say "dcmtk $(deb_source_version dcmtk): building"
   logged "$name-dcmtk" cmake --build "$build/dcmtk" -j "${JOBS:-$(nproc)}"
   logged "$name-dcmtk" cmake --install "$build/dcmtk"
   rm -rf "$prefix/bin" "$prefix/share/doc" "$prefix/share/man" "$prefix/etc" "$prefix/lib/pkgconfig"
