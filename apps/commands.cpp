@@ -67,7 +67,8 @@ Config eval_config(const EvalArgs& args, const std::vector<std::string>& paths) 
 }
 
 // Each ensemble member's inference settings: the config's, with the model's own model section; with
-// several models also its own training data.image_size, data.augment.clahe and data.dicom (--set applied).
+// several models also its own training data.image_size, data.cache_size (and augment.scale, which sizes it
+// when 0), data.augment.clahe and data.dicom (--set applied).
 MemberOptions member_options(const EvalArgs& args, const Config& config, const torch::Device& device,
                              bool several) {
   return [&args, config, device, several](const TrainedModelInfo& info) {
@@ -76,6 +77,8 @@ MemberOptions member_options(const EvalArgs& args, const Config& config, const t
     if (several && !info.config_yaml.empty()) {
       const Config trained = parse_config(info.config_yaml, info.path + " (embedded config)", args.sets);
       own.data.image_size = trained.data.image_size;
+      own.data.cache_size = trained.data.cache_size;
+      own.data.augment.scale = trained.data.augment.scale;  // with cache_size 0, the prepared size
       own.data.augment.clahe = trained.data.augment.clahe;
       own.data.dicom = trained.data.dicom;
     }

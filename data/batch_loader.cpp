@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 
 namespace ranzcr {
 
@@ -15,6 +16,18 @@ BatchLoader::BatchLoader(const DatasetIndex& index, std::vector<int64_t> rows, I
       options_(options) {
   const int64_t n = static_cast<int64_t>(rows_.size()), bs = options_.batch_size;
   num_batches_ = options_.drop_last ? n / bs : (n + bs - 1) / bs;
+  if (options_.cache) {
+    const int side = transform_.options().prepare().side;
+    if (options_.cache->side() != side)
+      throw std::logic_error("image cache " + options_.cache->file() + " holds images of " +
+                             std::to_string(options_.cache->side()) + " px, the transform prepares " +
+                             std::to_string(side));
+    cache_entries_ = options_.cache->entries_of(index_.image_paths);
+    for (int64_t row : rows_)
+      if (cache_entries_.at(row) < 0)
+        throw std::logic_error("image " + index_.image_paths[row] + " is not in the image cache " +
+                               options_.cache->file());
+  }
   for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { work(); });
 }
 
@@ -76,9 +89,7 @@ Batch BatchLoader::make_batch(int64_t b) const {
     const int64_t row = rows_[i];
     try {
       cv::Size size;
-      const cv::Mat gray = decode_grayscale(index_.image_paths[row], transform_.options().image_size, &size,
-                                            transform_.options().dicom);
-      images.push_back(transform_.transform_u8(gray, epoch_, row));
+      images.push_back(transform_.transform_u8(prepared(row, &size), epoch_, row));
       kept.push_back(row);
       sizes.push_back(size);
     } catch (const std::runtime_error& e) {
@@ -92,6 +103,11 @@ Batch BatchLoader::make_batch(int64_t b) const {
   collate(images, kept, &batch);
   if (options_.annotations) collate_masks(images, kept, sizes, &batch);
   return batch;
+}
+
+cv::Mat BatchLoader::prepared(int64_t row, cv::Size* original_size) const {
+  if (options_.cache) return options_.cache->image(cache_entries_[row], original_size);
+  return prepare_image(index_.image_paths[row], transform_.options().prepare(), original_size);
 }
 
 void BatchLoader::collate_masks(const std::vector<TransformedImage>& images, const std::vector<int64_t>& kept,

@@ -15,6 +15,7 @@
 
 #include "data/annotations.h"
 #include "data/dataset_index.h"
+#include "data/image_cache.h"
 #include "data/image_pipeline.h"
 
 namespace ranzcr {
@@ -46,6 +47,9 @@ struct LoaderOptions {
   bool uint8_images = false;     // hand over 8-bit images + per-image scale/offset (normalised later)
   /// Set: each batch also carries the device masks (rasterised, then the image's geometric transform).
   std::shared_ptr<const ImageAnnotations> annotations;
+  /// Set: prepared images come from this cache (it must hold every image of the index, at the transform's
+  /// prepared size) instead of being decoded.
+  std::shared_ptr<const ImageCache> cache;
 };
 
 class BatchLoader {
@@ -68,6 +72,8 @@ class BatchLoader {
   };
   void work();
   Batch make_batch(int64_t b) const;
+  /// The prepared image of index row `row` (from the cache, else decoded) and the file's own size.
+  cv::Mat prepared(int64_t row, cv::Size* original_size) const;
   void collate(const std::vector<TransformedImage>& images, const std::vector<int64_t>& kept,
                Batch* batch) const;
   /// The masks of the kept images (sizes: the files' own) into batch->masks / has_annotation.
@@ -80,6 +86,7 @@ class BatchLoader {
   int64_t epoch_;
   LoaderOptions options_;
   int64_t num_batches_;
+  std::vector<int64_t> cache_entries_;  // per index row, its cache entry (options_.cache only)
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -38,12 +38,15 @@ struct DataConfig {
   std::string group_column = "PatientID";      // grouping column for the split ("" = no groups)
   std::vector<std::string> label_columns;      // empty = every column but id and group
   int image_size = 256;                        // network input side (square), pixels
-  double val_fraction = 0.2;                   // validation share of groups (when folds == 0)
-  int folds = 0;                               // k for GroupKFold (0 = use val_fraction)
-  int fold = 0;                                // validation fold index when folds > 0
-  int num_workers = 2;                         // loader threads (decode + augment)
-  int prefetch_batches = 4;                    // bounded prefetch queue depth
-  bool skip_bad_images = false;                // count and skip unreadable images instead of failing
+  /// Decoded images cached (data/image_cache.h): "off", "on" (a cache/ folder in root) or a folder.
+  std::string cache = "off";
+  int cache_size = 0;  // prepared (cached) image side; 0: image_size * (1 + augment.scale), rounded up to 32
+  double val_fraction = 0.2;     // validation share of groups (when folds == 0)
+  int folds = 0;                 // k for GroupKFold (0 = use val_fraction)
+  int fold = 0;                  // validation fold index when folds > 0
+  int num_workers = 2;           // loader threads (decode + augment)
+  int prefetch_batches = 4;      // bounded prefetch queue depth
+  bool skip_bad_images = false;  // count and skip unreadable images instead of failing
   std::string annotations_csv = "train_annotations.csv";  // device polylines, relative to root
   bool skip_bad_annotations = false;  // count and skip annotation rows with unknown ids or bad polylines
   AugmentConfig augment;

@@ -8,6 +8,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -104,19 +105,72 @@ cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* ori
   return img;
 }
 
+int prepared_size(int image_size, double zoom, int cache_size) {
+  if (cache_size > 0) return cache_size;
+  const int needed = static_cast<int>(std::ceil(image_size * (1.0 + std::max(0.0, zoom)) - 1e-9));
+  return (needed + 31) / 32 * 32;
+}
+
+cv::Mat prepare_decoded(const cv::Mat& gray, const PrepareOptions& options) {
+  const int s = options.side;
+  cv::Mat img;
+  const int interp = (gray.cols > s || gray.rows > s) ? cv::INTER_AREA : cv::INTER_LINEAR;
+  cv::resize(gray, img, cv::Size(s, s), 0, 0, interp);
+  if (options.clahe) {
+    cv::Ptr<cv::CLAHE> clahe = cv::createCLAHE(2.0, cv::Size(8, 8));
+    clahe->apply(img, img);
+  }
+  return img;
+}
+
+cv::Mat prepare_image(const std::string& path, const PrepareOptions& options, cv::Size* original_size) {
+  return prepare_decoded(decode_grayscale(path, options.side, original_size, options.dicom), options);
+}
+
+PrepareOptions TransformOptions::prepare() const {
+  return PrepareOptions{prepared_size > 0 ? prepared_size : image_size, augment.clahe, dicom};
+}
+
+namespace {
+
+// The 2 x 3 map from a w x h source to s x s output coordinates that a resize makes (pixel centres kept).
+cv::Mat resize_map(int w, int h, int s) {
+  const double fx = static_cast<double>(s) / w, fy = static_cast<double>(s) / h;
+  return (cv::Mat_<double>(2, 3) << fx, 0, 0.5 * fx - 0.5, 0, fy, 0.5 * fy - 0.5);
+}
+
+// `second` after `first`, both 2 x 3 affine maps.
+cv::Mat compose(const cv::Mat& second, const cv::Mat& first) {
+  cv::Mat a = cv::Mat::eye(3, 3, CV_64F), b = cv::Mat::eye(3, 3, CV_64F);
+  second.copyTo(a.rowRange(0, 2));
+  first.copyTo(b.rowRange(0, 2));
+  return cv::Mat(a * b).rowRange(0, 2).clone();
+}
+
+// The geometry's own map in output coordinates (image_size s): rotation and zoom about the centre, shift.
+cv::Mat geometry_map(const Geometry& g, int s) {
+  const float c = 0.5f * static_cast<float>(s - 1);
+  cv::Mat m = cv::getRotationMatrix2D(cv::Point2f(c, c), g.angle, g.scale);
+  m.at<double>(0, 2) += g.tx;
+  m.at<double>(1, 2) += g.ty;
+  return m;
+}
+
+}  // namespace
+
 TransformedImage ImageTransform::transform_u8(const cv::Mat& gray, int64_t epoch,
                                               int64_t sample_index) const {
   const int s = options_.image_size;
   const auto& aug = options_.augment;
   TransformedImage out;
-  cv::Mat& img = out.u8;
-  const int interp = (gray.cols > s || gray.rows > s) ? cv::INTER_AREA : cv::INTER_LINEAR;
-  cv::resize(gray, img, cv::Size(s, s), 0, 0, interp);
-  if (aug.clahe) {
-    cv::Ptr<cv::CLAHE> clahe = cv::createCLAHE(2.0, cv::Size(8, 8));
-    clahe->apply(img, img);
+  if (!options_.train) {
+    const int interp = (gray.cols > s || gray.rows > s) ? cv::INTER_AREA : cv::INTER_LINEAR;
+    if (gray.cols == s && gray.rows == s)
+      out.u8 = gray.clone();
+    else
+      cv::resize(gray, out.u8, cv::Size(s, s), 0, 0, interp);
+    return out;
   }
-  if (!options_.train) return out;
   std::mt19937_64 rng(mix_seed(options_.seed, epoch, sample_index));
   auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   Geometry& g = out.geometry;
@@ -126,7 +180,14 @@ TransformedImage ImageTransform::transform_u8(const cv::Mat& gray, int64_t epoch
   g.flip = aug.hflip && uniform(0.0, 1.0) < 0.5;
   const double brightness = uniform(-aug.brightness, aug.brightness);
   const double contrast = uniform(1.0 - aug.contrast, 1.0 + aug.contrast);
-  img = apply_geometry(img, g);
+  // Far larger than the output (a big cache_size): area-average first, as a bilinear warp would alias.
+  cv::Mat src = gray;
+  const int near = static_cast<int>(std::ceil(s * (1.0 + aug.scale)));
+  if (src.cols > 2 * near || src.rows > 2 * near)
+    cv::resize(gray, src, cv::Size(near, near), 0, 0, cv::INTER_AREA);
+  const cv::Mat m = compose(geometry_map(g, s), resize_map(src.cols, src.rows, s));
+  cv::warpAffine(src, out.u8, m, cv::Size(s, s), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
+  if (g.flip) cv::flip(out.u8, out.u8, 1);
   // float = (x - 0.5) * contrast + 0.5 + brightness, clipped to [0, 1]
   out.scale = contrast / 255.0;
   out.offset = 0.5 - 0.5 * contrast + brightness;
@@ -136,13 +197,10 @@ TransformedImage ImageTransform::transform_u8(const cv::Mat& gray, int64_t epoch
 cv::Mat apply_geometry(const cv::Mat& image, const Geometry& g) {
   cv::Mat img = image;
   if (g.angle != 0.0 || g.scale != 1.0 || g.tx != 0.0 || g.ty != 0.0) {
-    const float c = 0.5f * static_cast<float>(img.cols - 1);
-    cv::Mat m =
-        cv::getRotationMatrix2D(cv::Point2f(c, 0.5f * static_cast<float>(img.rows - 1)), g.angle, g.scale);
-    m.at<double>(0, 2) += g.tx;
-    m.at<double>(1, 2) += g.ty;
+    CV_Assert(img.cols == img.rows);
     cv::Mat warped;
-    cv::warpAffine(img, warped, m, img.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
+    cv::warpAffine(img, warped, geometry_map(g, img.cols), img.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT,
+                   cv::Scalar(0));
     img = warped;
   }
   if (g.flip) {
@@ -178,6 +236,7 @@ TransformOptions train_transform(const DataConfig& data, uint64_t seed) {
   to.augment = data.augment;
   to.seed = seed;
   to.dicom = data.dicom;
+  to.prepared_size = prepared_size(data.image_size, data.augment.scale, data.cache_size);
   return to;
 }
 

@@ -24,6 +24,27 @@ namespace ranzcr {
 cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size = nullptr,
                          const DicomConfig& dicom = {});
 
+/// What every epoch starts from, and what data.cache stores: the image decoded, resized to side x side and
+/// (clahe) contrast-equalised. Bigger than the network input, so the augmentation's zoom never upsamples.
+struct PrepareOptions {
+  int side = 256;      // pixels
+  bool clahe = false;  // CLAHE (clip 2, 8 x 8 tiles) at side x side
+  DicomConfig dicom;   // how DICOM files are decoded (decode_grayscale)
+};
+
+/// data.cache_size when set (> 0), else the smallest multiple of 32 at or above image_size * (1 + zoom),
+/// `zoom` the augmentation's zoom range (data.augment.scale): at the largest zoom an output pixel still
+/// spans at least one prepared pixel.
+int prepared_size(int image_size, double zoom, int cache_size);
+
+/// decode_grayscale at options.side, then prepare_decoded.
+cv::Mat prepare_image(const std::string& path, const PrepareOptions& options,
+                      cv::Size* original_size = nullptr);
+
+/// A decoded CV_8UC1 image of any size to CV_8UC1 side x side (area average when shrinking, bilinear
+/// when enlarging), then CLAHE if set.
+cv::Mat prepare_decoded(const cv::Mat& gray, const PrepareOptions& options);
+
 /// A seed from (seed, epoch, sample index): augmentation randomness never depends on thread timing.
 uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t index);
 
@@ -32,12 +53,16 @@ struct TransformOptions {
   bool train = false;     // random augmentation (train) or deterministic resize only (eval)
   AugmentConfig augment;  // ranges of the random augmentation; augment.clahe applies to both modes
   uint64_t seed = 0;
-  DicomConfig dicom;  // how the loader decodes DICOM files (decode_grayscale)
+  DicomConfig dicom;      // how the loader decodes DICOM files (decode_grayscale)
+  int prepared_size = 0;  // the images' size before the transform (prepare_image); 0: image_size
+  /// How the loader prepares an image for this transform (side, CLAHE, DICOM).
+  PrepareOptions prepare() const;
 };
 
-/// The random geometric part of a training transform, applied after the resize to image_size: a rotation
-/// by `angle` degrees with zoom `scale` about the image centre, a shift (tx, ty) in pixels, then a
-/// horizontal flip. The identity for evaluation.
+/// The random geometric part of a training transform, in the coordinates of the image resized to
+/// image_size: a rotation by `angle` degrees with zoom `scale` about the image centre, a shift (tx, ty) in
+/// pixels, then a horizontal flip. The identity for evaluation. The loader warps the prepared image
+/// straight to the output (the resize and this map composed), so the image is interpolated once.
 struct Geometry {
   double angle = 0.0, scale = 1.0, tx = 0.0, ty = 0.0;
   bool flip = false;
@@ -61,14 +86,15 @@ struct TransformedImage {
   Geometry geometry;           // what was applied after the resize (for the image's mask)
 };
 
-/// Resize (and for training: random affine, flip, brightness/contrast), from CV_8UC1 of any size to
-/// CV_32FC1 [image_size, image_size] with values in [0, 1]. Deterministic for (seed, epoch, index).
+/// Resize (and for training: random affine, flip, brightness/contrast), from a prepared CV_8UC1 image
+/// (prepare_image; any size works) to CV_32FC1 [image_size, image_size] with values in [0, 1].
+/// Deterministic for (seed, epoch, index). CLAHE is the preparation's, not the transform's.
 class ImageTransform {
  public:
   explicit ImageTransform(TransformOptions options) : options_(std::move(options)) {}
   /// The float image: to_float(transform_u8(...)).
   cv::Mat operator()(const cv::Mat& gray, int64_t epoch, int64_t sample_index) const;
-  /// Resize, CLAHE, affine and flip as 8-bit; brightness/contrast as the returned scale and offset.
+  /// Resize with affine and flip (one warp) as 8-bit; brightness/contrast as the returned scale and offset.
   TransformedImage transform_u8(const cv::Mat& gray, int64_t epoch, int64_t sample_index) const;
   const TransformOptions& options() const { return options_; }
 

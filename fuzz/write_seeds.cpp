@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <opencv2/imgcodecs.hpp>
+
+#include "data/image_cache.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/trained_model.h"
@@ -19,6 +22,26 @@ std::vector<std::string> labels() {
   std::vector<std::string> names;
   for (int k = 0; k < 11; ++k) names.push_back("label " + std::to_string(k));
   return names;
+}
+
+// Three images at 8 x 8 (a PNG, a JPEG, a file that is neither), and two of them at 16 x 16 with CLAHE.
+void write_cache_seeds(const std::string& out) {
+  using namespace ranzcr;
+  const std::string dir = out + "/cache_images";
+  std::filesystem::create_directories(dir);
+  cv::Mat img(12, 20, CV_8UC1);
+  cv::randu(img, 0, 255);
+  cv::imwrite(dir + "/a.png", img);
+  cv::imwrite(dir + "/b.jpg", img.t());
+  std::FILE* f = std::fopen((dir + "/c.jpg").c_str(), "wb");
+  std::fputs("not an image", f);
+  std::fclose(f);
+  const std::vector<std::string> three = {dir + "/a.png", dir + "/b.jpg", dir + "/c.jpg"};
+  const PrepareOptions small{8, false, {}}, clahe{16, true, {}};
+  build_image_cache(out + "/three.rzc", image_cache_key(three, small), three, small, 1, {});
+  const std::vector<std::string> two(three.begin(), three.begin() + 2);
+  build_image_cache(out + "/clahe.rzc", image_cache_key(two, clahe), two, clahe, 1, {});
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
@@ -64,6 +87,8 @@ int main(int argc, char** argv) {
   info.epoch = 1;
   save_safetensors(out + "/export.safetensors",
                    {{"fc.weight", model.fc->weight}, {"fc.bias", model.fc->bias}}, export_metadata(info));
-  std::printf("wrote %s/checkpoint.pt and %s/export.safetensors\n", out.c_str(), out.c_str());
+  write_cache_seeds(out);
+  std::printf("wrote %s/checkpoint.pt, %s/export.safetensors and two .rzc caches\n", out.c_str(),
+              out.c_str());
   return 0;
 }

@@ -21,7 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BUILD=$ROOT/build-fuzz
-ALL_TARGETS="safetensors torch_pickle weight_file trained_model checkpoint_resume csv annotations config image dicom"
+# Every target of fuzz/targets/ (fuzz/CMakeLists.txt lists the same names for the build).
+ALL_TARGETS=$(cd fuzz/targets && ls *.cpp | sed "s/\.cpp$//" | tr "\n" " ")
 SECS=60
 JOBS=$(nproc)
 TARGETS=$ALL_TARGETS

@@ -35,6 +35,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.group_column", d.group_column);
   v("data.label_columns", d.label_columns);
   v("data.image_size", d.image_size);
+  v("data.cache", d.cache);
+  v("data.cache_size", d.cache_size);
   v("data.val_fraction", d.val_fraction);
   v("data.folds", d.folds);
   v("data.fold", d.fold);
@@ -325,6 +327,10 @@ void validate_config(const Config& c) {
   };
   require(c.data.image_size >= 16,
           "data.image_size must be at least 16, got " + std::to_string(c.data.image_size));
+  require(!c.data.cache.empty(), "data.cache must be off, on or a folder, got ''");
+  require(c.data.cache_size == 0 || (c.data.cache_size >= c.data.image_size && c.data.cache_size <= 16384),
+          "data.cache_size must be 0 (automatic) or from data.image_size (" +
+              std::to_string(c.data.image_size) + ") to 16384, got " + std::to_string(c.data.cache_size));
   require(c.data.val_fraction > 0.0 && c.data.val_fraction < 1.0,
           "data.val_fraction must be in (0, 1), got " + std::to_string(c.data.val_fraction));
   require(c.data.folds == 0 || c.data.folds >= 2, "data.folds must be 0 (off) or at least 2");

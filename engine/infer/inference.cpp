@@ -1,5 +1,7 @@
 #include "engine/infer/inference.h"
 
+#include <algorithm>
+
 #include <memory>
 #include <unordered_map>
 
@@ -20,14 +22,36 @@ std::vector<int64_t> rows_of_rank(const std::vector<int64_t>& rows, Collectives&
   return mine;
 }
 
+namespace {
+
+// The cache to read `index`'s images from under `options`, or nullptr: evaluate and predict never build
+// one (they read each image once), they use the one a training run on the same images built.
+std::shared_ptr<const ImageCache> cached_images(const DatasetIndex& index, const PrepareOptions& prepare,
+                                                const InferenceOptions& options) {
+  if (const auto& c = options.cache; c && c->side() == prepare.side) {
+    const std::vector<int64_t> entries = c->entries_of(index.image_paths);
+    if (std::find(entries.begin(), entries.end(), int64_t{-1}) == entries.end()) return c;
+  }
+  if (options.cache_dir.empty()) return nullptr;
+  ImageCacheOptions co;
+  co.dir = options.cache_dir;
+  co.build = false;
+  co.quiet = true;
+  return open_or_build_image_cache(index.image_paths, prepare, co);
+}
+
+}  // namespace
+
 std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<int64_t> rows,
                                          const InferenceOptions& options) {
   TransformOptions to;
   to.image_size = options.image_size;
+  to.prepared_size = options.prepared_size;
   to.train = false;
   to.augment.clahe = options.clahe;
   to.dicom = options.dicom;
   LoaderOptions lo;
+  lo.cache = cached_images(index, to.prepare(), options);
   lo.batch_size = options.batch_size;
   lo.num_workers = options.num_workers;
   lo.prefetch_batches = options.prefetch_batches;
@@ -113,6 +137,8 @@ DeviceBatchOptions device_batch_options(const InferenceOptions& o) {
 InferenceOptions inference_options(const Config& config, torch::Device device, bool tta) {
   InferenceOptions io;
   io.image_size = config.data.image_size;
+  io.prepared_size = prepare_options(config.data).side;
+  io.cache_dir = image_cache_dir(config.data);
   io.clahe = config.data.augment.clahe;
   io.dicom = config.data.dicom;
   io.batch_size = config.train.eval_batch_size;

@@ -17,8 +17,13 @@ namespace ranzcr {
 
 struct InferenceOptions {
   int image_size = 256;
+  int prepared_size = 0;  // images are prepared (and cached) at this side; 0: image_size
   bool clahe = false;
   DicomConfig dicom;  // data.dicom
+  /// Prepared images from here when it holds the rows' images at prepared_size (the training run's own)...
+  std::shared_ptr<const ImageCache> cache;
+  /// ...else from a cache in this folder that already holds them (data.cache; "": decode every image).
+  std::string cache_dir;
   int batch_size = 64;
   int num_workers = 2;
   int prefetch_batches = 4;

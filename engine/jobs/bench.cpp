@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <iomanip>
 #include <sstream>
 
@@ -139,6 +140,9 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   s.train_rows = bench_rows(config, validation_split(config.data, s.index.groups, config.seed).train,
                             o.warmup + o.steps + 1, collectives);
   s.loader = train_loader_options(config, device, /*drop_last=*/true);
+  s.loader.cache = open_run_cache(config.data, s.index.image_paths, [&](const std::string& line) {
+    if (collectives.is_main()) std::fprintf(stderr, "%s\n", line.c_str());
+  });
   const bool channels_last = resolve_channels_last(config.train.channels_last, device);
   s.batches = DeviceBatchOptions{device, config.model.in_channels, channels_last, config.model.input_mean,
                                  config.model.input_std};

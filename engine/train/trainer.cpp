@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -106,6 +107,19 @@ void Trainer::load_data() {
             (dc.group_column.empty() ? std::string("row") : dc.group_column) + ")");
   const bool drop_last = drop_last_batch(config_, split_.train.size(), collectives_.world_size());
   loader_options_ = train_loader_options(config_, options_.device, drop_last);
+  loader_options_.cache = open_cache();
+}
+
+// data.cache: the prepared images of the whole table, built once (by whichever process of the node gets
+// there first; the others wait on its lock file, then map the same file).
+std::shared_ptr<const ImageCache> Trainer::open_cache() {
+  // Every rank says what it does (the one that builds may be any of them; launchers label the lines).
+  return open_run_cache(config_.data, index_.image_paths, [this](const std::string& line) {
+    if (collectives_.is_main())
+      log_.info(line);
+    else
+      std::fprintf(stderr, "%s\n", line.c_str());
+  });
 }
 
 // The model, then the features (which may train modules beside it), then one optimizer over all.
@@ -113,6 +127,7 @@ void Trainer::build_model() {
   const torch::Device device = options_.device;
   configure_device(device);
   inference_options_ = inference_options(config_, device);
+  inference_options_.cache = loader_options_.cache;
   torch::manual_seed(config_.seed);
   std::string pretrained;
   model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,

@@ -15,9 +15,12 @@ How it matches ranzcr (read from the C++ sources):
            columns unless data.label_columns; images <root>/<image_dir>/<id><image_ext>. The training rows
            are the exact train side of data/split.cpp (group_split / group_kfold, same mt19937_64 draws).
   images   data/image_pipeline.cpp: grayscale decode (full resolution with cv2.imread, or with
-           --reduced-decode the same IMREAD_REDUCED_GRAYSCALE_2/4/8 choice as decode_grayscale), resize
-           with INTER_AREA when shrinking, optional CLAHE(2.0, 8x8), rotation/scale about the centre + shift
-           (warpAffine, bilinear, black border), hflip p=0.5, contrast/brightness, clip to [0, 1].
+           --reduced-decode the same IMREAD_REDUCED_GRAYSCALE_2/4/8 choice as decode_grayscale), prepared:
+           resized to the prepared size C (data.cache_size, or image_size * (1 + augment.scale) rounded up
+           to 32) with INTER_AREA when shrinking, optional CLAHE(2.0, 8x8); then one warpAffine from C to
+           image_size (the resize composed with rotation/scale about the centre + shift; bilinear, black
+           border), hflip p=0.5, contrast/brightness, clip to [0, 1]. Images already C x C (PNGs
+           pre-resized, the Kaggle practice) skip the first resize.
   loader   torch.utils.data.DataLoader(num_workers=data.num_workers, batch_size=train.batch_size,
            shuffle, drop_last, pin_memory on CUDA, persistent_workers, default prefetch_factor); one
            DataLoader for the loader figure, stopped before the compute figure, a fresh one for e2e.
@@ -59,7 +62,7 @@ DEFAULTS = {
     "seed": 42,
     "data": {"root": "datasets/synthetic", "train_csv": "train.csv", "image_dir": "train", "image_ext": ".jpg",
              "id_column": "StudyInstanceUID", "group_column": "PatientID", "label_columns": [],
-             "image_size": 256, "val_fraction": 0.2, "folds": 0, "fold": 0, "num_workers": 2,
+             "image_size": 256, "cache_size": 0, "val_fraction": 0.2, "folds": 0, "fold": 0, "num_workers": 2,
              "augment": {"hflip": True, "rotate_deg": 8.0, "shift": 0.05, "scale": 0.08,
                          "brightness": 0.15, "contrast": 0.15, "clahe": False}},
     "model": {"name": "resnet18", "in_channels": 1, "dropout": 0.0},
@@ -230,21 +233,30 @@ def decode_reduced(path, target):
     return cv2.imdecode(np.frombuffer(b, np.uint8), flags)
 
 
+def prepared_size(d):
+    """prepared_size() in image_pipeline.cpp: data.cache_size, else image_size * (1 + scale) up to 32."""
+    if int(d.get("cache_size", 0)) > 0:
+        return int(d["cache_size"])
+    need = math.ceil(int(d["image_size"]) * (1.0 + max(0.0, float(d["augment"]["scale"]))) - 1e-9)
+    return (need + 31) // 32 * 32
+
+
 class TrainDataset(torch.utils.data.Dataset):
     def __init__(self, paths, labels, d, reduced):
         self.paths, self.labels, self.aug, self.reduced = paths, torch.from_numpy(labels), d["augment"], reduced
-        self.size, self.rng, self.pid = int(d["image_size"]), None, None
+        self.size, self.prepared, self.rng, self.pid = int(d["image_size"]), prepared_size(d), None, None
 
     def __len__(self):
         return len(self.paths)
 
     def __getitem__(self, i):
-        s, a, path = self.size, self.aug, self.paths[i]
-        img = decode_reduced(path, s) if self.reduced else cv2.imread(path, cv2.IMREAD_GRAYSCALE)
+        s, c, a, path = self.size, self.prepared, self.aug, self.paths[i]
+        img = decode_reduced(path, c) if self.reduced else cv2.imread(path, cv2.IMREAD_GRAYSCALE)
         if img is None:
             raise RuntimeError(f"cannot decode image {path} (corrupt or not an image)")
-        interp = cv2.INTER_AREA if img.shape[0] > s or img.shape[1] > s else cv2.INTER_LINEAR
-        img = cv2.resize(img, (s, s), interpolation=interp)
+        if img.shape != (c, c):  # prepare_decoded()
+            interp = cv2.INTER_AREA if img.shape[0] > c or img.shape[1] > c else cv2.INTER_LINEAR
+            img = cv2.resize(img, (c, c), interpolation=interp)
         if a["clahe"]:
             img = cv2.createCLAHE(clipLimit=2.0, tileGridSize=(8, 8)).apply(img)
         if self.pid != os.getpid():  # one stream per worker process, seeded by the DataLoader's worker seed
@@ -256,12 +268,13 @@ class TrainDataset(torch.utils.data.Dataset):
         tx, ty = (2 * u[2] - 1) * a["shift"] * s, (2 * u[3] - 1) * a["shift"] * s
         brightness = (2 * u[4] - 1) * a["brightness"]
         contrast = 1 + (2 * u[5] - 1) * a["contrast"]
-        if angle or scale != 1 or tx or ty:
-            m = cv2.getRotationMatrix2D((0.5 * (s - 1), 0.5 * (s - 1)), angle, scale)
-            m[0, 2] += tx
-            m[1, 2] += ty
-            img = cv2.warpAffine(img, m, (s, s), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT,
-                                 borderValue=0)
+        g = np.vstack([cv2.getRotationMatrix2D((0.5 * (s - 1), 0.5 * (s - 1)), angle, scale), [0, 0, 1]])
+        g[0, 2] += tx
+        g[1, 2] += ty
+        f = s / c  # the resize C -> s as a map (pixel centres kept), then the geometry: one warp
+        r = np.array([[f, 0, 0.5 * f - 0.5], [0, f, 0.5 * f - 0.5], [0, 0, 1]])
+        img = cv2.warpAffine(img, (g @ r)[:2], (s, s), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT,
+                             borderValue=0)
         if a["hflip"] and rng.random() < 0.5:
             img = cv2.flip(img, 1)
         out = img.astype(np.float32)  # (x - 0.5) * contrast + 0.5 + brightness, clipped to [0, 1]

@@ -15,7 +15,7 @@ C=$ROOT/fuzz/corpus
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 rm -rf "$C"
-mkdir -p "$C"/{safetensors,torch_pickle,weight_file,trained_model,checkpoint_resume,csv,annotations,config,image,dicom}
+mkdir -p "$C"/{safetensors,torch_pickle,weight_file,trained_model,checkpoint_resume,csv,annotations,config,image,dicom,image_cache}
 FIX=tests/engine/io/fixtures
 
 # Weight files: the fixtures, and small state dicts torch.save writes (protocols 2 and 4, views, fp16, a
@@ -57,12 +57,13 @@ open(sys.argv[2], "wb").write(struct.pack("<16H", *sizes) + z.read(prefix + "dat
     "$f" "$C/torch_pickle/$(basename "$f" .pth).bin"
 done
 
-# Our own files: a small checkpoint and export from our writers (fuzz/write_seeds.cpp: a tiny_cnn one is 9 MB,
+# Our own files: a small checkpoint and export from our writers, two image caches of tiny images (fuzz/write_seeds.cpp: a tiny_cnn one is 9 MB,
 # too large to fuzz), and a data set to take CSVs and images from.
 ninja -C build fuzz_write_seeds >/dev/null
 build/fuzz/fuzz_write_seeds "$TMP/seeds" >/dev/null
 "$RANZCR" synth --out "$TMP/data" --num-images 48 --num-test-images 4 --image-size 64 --seed 3 >/dev/null
 cp "$TMP/seeds/checkpoint.pt" "$C/checkpoint_resume/last.pt"
+cp "$TMP/seeds/"*.rzc "$C/image_cache/"
 cp "$TMP/seeds/checkpoint.pt" "$C/trained_model/checkpoint.pt"
 for t in trained_model safetensors weight_file; do cp "$TMP/seeds/export.safetensors" "$C/$t/export.safetensors"; done
 
