@@ -16,17 +16,20 @@ BatchLoader::BatchLoader(const DatasetIndex& index, std::vector<int64_t> rows, I
       options_(options) {
   const int64_t n = static_cast<int64_t>(rows_.size()), bs = options_.batch_size;
   num_batches_ = options_.drop_last ? n / bs : (n + bs - 1) / bs;
-  if (options_.cache) {
+  if (const auto& c = options_.cache) {
     const int side = transform_.options().prepare().side;
-    if (options_.cache->side() != side)
-      throw std::logic_error("image cache " + options_.cache->file() + " holds images of " +
-                             std::to_string(options_.cache->side()) + " px, the transform prepares " +
+    if (c->cache->side() != side)
+      throw std::logic_error("image cache " + c->cache->file() + " holds images of " +
+                             std::to_string(c->cache->side()) + " px, the transform prepares " +
                              std::to_string(side));
-    cache_entries_ = options_.cache->entries_of(index_.image_paths);
+    if (c->entries.size() != index_.image_paths.size())
+      throw std::logic_error("the image cache's entries are of a list of " +
+                             std::to_string(c->entries.size()) + " images, the index has " +
+                             std::to_string(index_.image_paths.size()));
     for (int64_t row : rows_)
-      if (cache_entries_.at(row) < 0)
+      if (c->entries.at(row) < 0)
         throw std::logic_error("image " + index_.image_paths[row] + " is not in the image cache " +
-                               options_.cache->file());
+                               c->cache->file());
   }
   for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { work(); });
 }
@@ -106,7 +109,7 @@ Batch BatchLoader::make_batch(int64_t b) const {
 }
 
 cv::Mat BatchLoader::prepared(int64_t row, cv::Size* original_size) const {
-  if (options_.cache) return options_.cache->image(cache_entries_[row], original_size);
+  if (const auto& c = options_.cache) return c->cache->image(c->entries[row], original_size);
   return prepare_image(index_.image_paths[row], transform_.options().prepare(), original_size);
 }
 

@@ -47,9 +47,9 @@ struct LoaderOptions {
   bool uint8_images = false;     // hand over 8-bit images + per-image scale/offset (normalised later)
   /// Set: each batch also carries the device masks (rasterised, then the image's geometric transform).
   std::shared_ptr<const ImageAnnotations> annotations;
-  /// Set: prepared images come from this cache (it must hold every image of the index, at the transform's
-  /// prepared size) instead of being decoded.
-  std::shared_ptr<const ImageCache> cache;
+  /// Set: prepared images come from this cache instead of being decoded. Its entries are the index's
+  /// image list's, every loaded row among them, at the transform's prepared size.
+  std::shared_ptr<const CachedImages> cache;
 };
 
 class BatchLoader {
@@ -86,7 +86,6 @@ class BatchLoader {
   int64_t epoch_;
   LoaderOptions options_;
   int64_t num_batches_;
-  std::vector<int64_t> cache_entries_;  // per index row, its cache entry (options_.cache only)
 
   std::mutex mutex_;
   std::condition_variable cv_;

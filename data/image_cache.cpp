@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "data/pixel_budget.h"
 #include "data/printable.h"
 
 namespace ranzcr {
@@ -32,7 +33,6 @@ constexpr uint32_t kFormatVersion = 1;
 // Bump when what prepare_image makes changes (decoders, resize, CLAHE): every cache is then rebuilt.
 constexpr int kPrepareVersion = 1;
 constexpr size_t kHeaderSize = 64, kEntrySize = 16, kPage = 4096;
-constexpr int64_t kMaxImageSide = 16384;  // data/pixel_budget.h's limit, per side
 
 uint64_t fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ULL;
@@ -183,7 +183,7 @@ void ImageCache::parse(const std::string* key) {
   const uint64_t count = get_u64(data_ + 16), key_size = get_u64(data_ + 24),
                  index_offset = get_u64(data_ + 32), strings_offset = get_u64(data_ + 40),
                  strings_size = get_u64(data_ + 48), pixels_offset = get_u64(data_ + 56);
-  if (side < 1 || side > static_cast<uint64_t>(kMaxImageSide))
+  if (side < 1 || side > static_cast<uint32_t>(kMaxPreparedSide))
     fail("declares images of side " + std::to_string(side));
   // Every region inside the file, in order, without overflow (each bound checked before it is used).
   const uint64_t n = bytes_, slot = uint64_t{side} * side;
@@ -212,7 +212,7 @@ void ImageCache::parse(const std::string* key) {
     const uint64_t off = get_u32(e + 8), len = get_u32(e + 12);
     const bool ok = len > 0 ? off <= strings_size_ && len <= strings_size_ - off &&
                                   one_line(strings_ + off, len)  // printed as a warning, so one line
-                            : w >= 1 && h >= 1 && w <= kMaxImageSide && h <= kMaxImageSide;
+                            : pixel_count_within_limit(w, h);    // as the decoders allow
     if (!ok) fail("has a corrupt entry " + std::to_string(i));
   }
   // The paths, from the key's lines after the recipe: entry i is line i + 1.
@@ -234,6 +234,15 @@ int64_t ImageCache::find(const std::string& path) const {
   return it == by_path_.end() ? -1 : it->second;
 }
 
+std::shared_ptr<const CachedImages> CachedImages::of(std::shared_ptr<const ImageCache> cache,
+                                                     const std::vector<std::string>& paths) {
+  if (!cache) return nullptr;
+  auto out = std::make_shared<CachedImages>();
+  out->entries = cache->entries_of(paths);
+  out->cache = std::move(cache);
+  return out;
+}
+
 std::vector<int64_t> ImageCache::entries_of(const std::vector<std::string>& paths) const {
   const fs::path cwd = fs::current_path();
   std::vector<int64_t> out(paths.size(), -1);
@@ -242,6 +251,10 @@ std::vector<int64_t> ImageCache::entries_of(const std::vector<std::string>& path
     if (it != by_path_.end()) out[i] = it->second;
   }
   return out;
+}
+
+bool CachedImages::complete() const {
+  return std::find(entries.begin(), entries.end(), int64_t{-1}) == entries.end();
 }
 
 cv::Mat ImageCache::image(int64_t i, cv::Size* original_size) const {
@@ -500,20 +513,15 @@ std::string image_cache_dir(const DataConfig& data) {
   return data.cache;
 }
 
-std::shared_ptr<const ImageCache> open_run_cache(const DataConfig& data,
-                                                 const std::vector<std::string>& paths,
-                                                 const std::function<void(const std::string&)>& log) {
+std::shared_ptr<const CachedImages> open_run_cache(const DataConfig& data,
+                                                   const std::vector<std::string>& paths,
+                                                   const std::function<void(const std::string&)>& log) {
   ImageCacheOptions co;
   co.dir = image_cache_dir(data);
   if (co.dir.empty()) return nullptr;
   co.threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   co.log = log;
-  return open_or_build_image_cache(paths, prepare_options(data), co);
-}
-
-PrepareOptions prepare_options(const DataConfig& data) {
-  return PrepareOptions{prepared_size(data.image_size, data.augment.scale, data.cache_size),
-                        data.augment.clahe, data.dicom};
+  return CachedImages::of(open_or_build_image_cache(paths, prepare_options(data), co), paths);
 }
 
 }  // namespace ranzcr

@@ -61,7 +61,7 @@ class ImageCache {
   const std::string& file() const { return file_; }
   /// The entry of `path` (relative paths against the working folder), or -1 when the cache does not hold it.
   int64_t find(const std::string& path) const;
-  /// find() of each path, the working folder read once.
+  /// find() of each path, the working folder read once (CachedImages::of keeps the result).
   std::vector<int64_t> entries_of(const std::vector<std::string>& paths) const;
   /// Entry i as CV_8UC1 side x side over the mapped pixels (no copy; valid while the cache lives), and its
   /// original size. Throws std::runtime_error with the image's stored error line for an unreadable image.
@@ -101,6 +101,19 @@ struct ImageCacheOptions {
   std::function<void(const std::string&)> log;  // where the lines go (unset: stderr)
 };
 
+/// A cache and where each image of one image list is in it: looked up once per list by whoever opened
+/// the cache, then shared by every loader over that list (each epoch's, validation's).
+struct CachedImages {
+  std::shared_ptr<const ImageCache> cache;
+  std::vector<int64_t> entries;  // per path of the list, its entry in `cache`, or -1 when it has none
+
+  /// find() of each of `paths` (the working folder read once); nullptr for a null cache.
+  static std::shared_ptr<const CachedImages> of(std::shared_ptr<const ImageCache> cache,
+                                                const std::vector<std::string>& paths);
+  /// Whether `cache` holds every image of the list.
+  bool complete() const;
+};
+
 /// The cache of `paths`: opens the fitting file in `options.dir`, else (options.build) builds it. Processes
 /// that ask at once (the ranks of a node) take turns on a lock file: one builds, the others then open it.
 /// A stale, truncated or foreign file under the name is rebuilt, with one line saying why.
@@ -113,11 +126,8 @@ std::string image_cache_dir(const DataConfig& data);
 
 /// A training run's cache of `paths` under `data` (nullptr when data.cache is off): opened, or built with
 /// every core of the machine (the other processes of the node wait for it), lines to `log`.
-std::shared_ptr<const ImageCache> open_run_cache(const DataConfig& data,
-                                                 const std::vector<std::string>& paths,
-                                                 const std::function<void(const std::string&)>& log);
-
-/// How `data` prepares images (data.cache_size or its default, CLAHE, DICOM): the recipe of its cache.
-PrepareOptions prepare_options(const DataConfig& data);
+std::shared_ptr<const CachedImages> open_run_cache(const DataConfig& data,
+                                                   const std::vector<std::string>& paths,
+                                                   const std::function<void(const std::string&)>& log);
 
 }  // namespace ranzcr

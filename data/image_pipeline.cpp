@@ -105,6 +105,19 @@ cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* ori
   return img;
 }
 
+namespace {
+
+// `gray` as a new s x s image: area average when shrinking (bilinear would alias), bilinear when enlarging.
+cv::Mat resize_to(const cv::Mat& gray, int s) {
+  if (gray.cols == s && gray.rows == s) return gray.clone();
+  cv::Mat out;
+  const int interp = (gray.cols > s || gray.rows > s) ? cv::INTER_AREA : cv::INTER_LINEAR;
+  cv::resize(gray, out, cv::Size(s, s), 0, 0, interp);
+  return out;
+}
+
+}  // namespace
+
 int prepared_size(int image_size, double zoom, int cache_size) {
   if (cache_size > 0) return cache_size;
   const int needed = static_cast<int>(std::ceil(image_size * (1.0 + std::max(0.0, zoom)) - 1e-9));
@@ -112,10 +125,7 @@ int prepared_size(int image_size, double zoom, int cache_size) {
 }
 
 cv::Mat prepare_decoded(const cv::Mat& gray, const PrepareOptions& options) {
-  const int s = options.side;
-  cv::Mat img;
-  const int interp = (gray.cols > s || gray.rows > s) ? cv::INTER_AREA : cv::INTER_LINEAR;
-  cv::resize(gray, img, cv::Size(s, s), 0, 0, interp);
+  cv::Mat img = resize_to(gray, options.side);
   if (options.clahe) {
     cv::Ptr<cv::CLAHE> clahe = cv::createCLAHE(2.0, cv::Size(8, 8));
     clahe->apply(img, img);
@@ -125,6 +135,11 @@ cv::Mat prepare_decoded(const cv::Mat& gray, const PrepareOptions& options) {
 
 cv::Mat prepare_image(const std::string& path, const PrepareOptions& options, cv::Size* original_size) {
   return prepare_decoded(decode_grayscale(path, options.side, original_size, options.dicom), options);
+}
+
+PrepareOptions prepare_options(const DataConfig& data) {
+  return PrepareOptions{prepared_size(data.image_size, data.augment.scale, data.cache_size),
+                        data.augment.clahe, data.dicom};
 }
 
 PrepareOptions TransformOptions::prepare() const {
@@ -164,11 +179,7 @@ TransformedImage ImageTransform::transform_u8(const cv::Mat& gray, int64_t epoch
   const auto& aug = options_.augment;
   TransformedImage out;
   if (!options_.train) {
-    const int interp = (gray.cols > s || gray.rows > s) ? cv::INTER_AREA : cv::INTER_LINEAR;
-    if (gray.cols == s && gray.rows == s)
-      out.u8 = gray.clone();
-    else
-      cv::resize(gray, out.u8, cv::Size(s, s), 0, 0, interp);
+    out.u8 = resize_to(gray, s);
     return out;
   }
   std::mt19937_64 rng(mix_seed(options_.seed, epoch, sample_index));
@@ -181,10 +192,8 @@ TransformedImage ImageTransform::transform_u8(const cv::Mat& gray, int64_t epoch
   const double brightness = uniform(-aug.brightness, aug.brightness);
   const double contrast = uniform(1.0 - aug.contrast, 1.0 + aug.contrast);
   // Far larger than the output (a big cache_size): area-average first, as a bilinear warp would alias.
-  cv::Mat src = gray;
   const int near = static_cast<int>(std::ceil(s * (1.0 + aug.scale)));
-  if (src.cols > 2 * near || src.rows > 2 * near)
-    cv::resize(gray, src, cv::Size(near, near), 0, 0, cv::INTER_AREA);
+  const cv::Mat src = (gray.cols > 2 * near || gray.rows > 2 * near) ? resize_to(gray, near) : gray;
   const cv::Mat m = compose(geometry_map(g, s), resize_map(src.cols, src.rows, s));
   cv::warpAffine(src, out.u8, m, cv::Size(s, s), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
   if (g.flip) cv::flip(out.u8, out.u8, 1);
@@ -236,7 +245,7 @@ TransformOptions train_transform(const DataConfig& data, uint64_t seed) {
   to.augment = data.augment;
   to.seed = seed;
   to.dicom = data.dicom;
-  to.prepared_size = prepared_size(data.image_size, data.augment.scale, data.cache_size);
+  to.prepared_size = prepare_options(data).side;
   return to;
 }
 

@@ -37,6 +37,14 @@ struct PrepareOptions {
 /// spans at least one prepared pixel.
 int prepared_size(int image_size, double zoom, int cache_size);
 
+/// The largest prepared side (data.image_size with its zoom margin, or data.cache_size): a cache file
+/// declaring larger images is corrupt.
+constexpr int kMaxPreparedSide = 16384;
+
+/// How `data` prepares images (data.cache_size or its default, CLAHE, DICOM): the recipe of its cache, the
+/// prepared size of its transforms.
+PrepareOptions prepare_options(const DataConfig& data);
+
 /// decode_grayscale at options.side, then prepare_decoded.
 cv::Mat prepare_image(const std::string& path, const PrepareOptions& options,
                       cv::Size* original_size = nullptr);

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "data/image_pipeline.h"
 #include "data/printable.h"
 
 namespace ranzcr {
@@ -321,16 +322,47 @@ DeviceSetting parse_device_setting(const std::string& value) {
   return d;
 }
 
+namespace {
+
+// data.image_size, data.cache and data.cache_size and the augmentation's ranges: what preparing and
+// augmenting an image relies on (finite ranges, a positive zoom, a prepared side a cache can hold).
+void validate_image_options(const DataConfig& d) {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw std::runtime_error("config: " + what);
+  };
+  auto in = [](double x, double lo, double hi) { return x >= lo && x <= hi; };  // false for NaN
+  auto str = [](double x) {
+    std::ostringstream o;
+    o << x;
+    return o.str();
+  };
+  const AugmentConfig& a = d.augment;
+  require(in(a.rotate_deg, 0, 180),
+          "data.augment.rotate_deg must be 0 to 180 (degrees), got " + str(a.rotate_deg));
+  require(in(a.shift, 0, 0.5),
+          "data.augment.shift must be 0 to 0.5 (of the image side), got " + str(a.shift));
+  require(in(a.scale, 0, 0.9), "data.augment.scale must be 0 to 0.9 (zoom range), got " + str(a.scale));
+  require(in(a.brightness, 0, 1), "data.augment.brightness must be 0 to 1, got " + str(a.brightness));
+  require(in(a.contrast, 0, 1), "data.augment.contrast must be 0 to 1, got " + str(a.contrast));
+  require(d.image_size >= 16 && d.image_size <= kMaxPreparedSide,
+          "data.image_size must be 16 to 16384, got " + std::to_string(d.image_size));
+  require(!d.cache.empty(), "data.cache must be off, on or a folder, got ''");
+  require(d.cache_size == 0 || (d.cache_size >= d.image_size && d.cache_size <= kMaxPreparedSide),
+          "data.cache_size must be 0 (automatic) or from data.image_size (" + std::to_string(d.image_size) +
+              ") to 16384, got " + std::to_string(d.cache_size));
+  const int side = prepare_options(d).side;
+  require(side <= kMaxPreparedSide, "data.image_size " + std::to_string(d.image_size) +
+                                        " with its zoom margin (data.augment.scale) prepares images of " +
+                                        std::to_string(side) + " px, at most 16384: set data.cache_size");
+}
+
+}  // namespace
+
 void validate_config(const Config& c) {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw std::runtime_error("config: " + what);
   };
-  require(c.data.image_size >= 16,
-          "data.image_size must be at least 16, got " + std::to_string(c.data.image_size));
-  require(!c.data.cache.empty(), "data.cache must be off, on or a folder, got ''");
-  require(c.data.cache_size == 0 || (c.data.cache_size >= c.data.image_size && c.data.cache_size <= 16384),
-          "data.cache_size must be 0 (automatic) or from data.image_size (" +
-              std::to_string(c.data.image_size) + ") to 16384, got " + std::to_string(c.data.cache_size));
+  validate_image_options(c.data);
   require(c.data.val_fraction > 0.0 && c.data.val_fraction < 1.0,
           "data.val_fraction must be in (0, 1), got " + std::to_string(c.data.val_fraction));
   require(c.data.folds == 0 || c.data.folds >= 2, "data.folds must be 0 (off) or at least 2");

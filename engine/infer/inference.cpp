@@ -26,18 +26,15 @@ namespace {
 
 // The cache to read `index`'s images from under `options`, or nullptr: evaluate and predict never build
 // one (they read each image once), they use the one a training run on the same images built.
-std::shared_ptr<const ImageCache> cached_images(const DatasetIndex& index, const PrepareOptions& prepare,
-                                                const InferenceOptions& options) {
-  if (const auto& c = options.cache; c && c->side() == prepare.side) {
-    const std::vector<int64_t> entries = c->entries_of(index.image_paths);
-    if (std::find(entries.begin(), entries.end(), int64_t{-1}) == entries.end()) return c;
-  }
+std::shared_ptr<const CachedImages> cached_images(const DatasetIndex& index, const PrepareOptions& prepare,
+                                                  const InferenceOptions& options) {
+  if (const auto& c = options.cache; c && c->cache->side() == prepare.side) return c;
   if (options.cache_dir.empty()) return nullptr;
   ImageCacheOptions co;
   co.dir = options.cache_dir;
   co.build = false;
   co.quiet = true;
-  return open_or_build_image_cache(index.image_paths, prepare, co);
+  return CachedImages::of(open_or_build_image_cache(index.image_paths, prepare, co), index.image_paths);
 }
 
 }  // namespace

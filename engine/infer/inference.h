@@ -20,8 +20,9 @@ struct InferenceOptions {
   int prepared_size = 0;  // images are prepared (and cached) at this side; 0: image_size
   bool clahe = false;
   DicomConfig dicom;  // data.dicom
-  /// Prepared images from here when it holds the rows' images at prepared_size (the training run's own)...
-  std::shared_ptr<const ImageCache> cache;
+  /// Prepared images from here when it is at prepared_size: the cache of the index inference runs over
+  /// (the training run's own, for validation)...
+  std::shared_ptr<const CachedImages> cache;
   /// ...else from a cache in this folder that already holds them (data.cache; "": decode every image).
   std::string cache_dir;
   int batch_size = 64;

@@ -112,7 +112,7 @@ void Trainer::load_data() {
 
 // data.cache: the prepared images of the whole table, built once (by whichever process of the node gets
 // there first; the others wait on its lock file, then map the same file).
-std::shared_ptr<const ImageCache> Trainer::open_cache() {
+std::shared_ptr<const CachedImages> Trainer::open_cache() {
   // Every rank says what it does (the one that builds may be any of them; launchers label the lines).
   return open_run_cache(config_.data, index_.image_paths, [this](const std::string& line) {
     if (collectives_.is_main())

@@ -34,7 +34,7 @@ class Trainer {
  private:
   // ---- set-up (trainer.cpp) ----
   void load_data();
-  std::shared_ptr<const ImageCache> open_cache();
+  std::shared_ptr<const CachedImages> open_cache();
   void build_model();
   /// The checkpoint to continue from: --resume, else (train.resume: auto) output.dir's last.pt when
   /// rank 0 finds one; "" = a fresh run.

@@ -239,7 +239,9 @@ TEST(ImageCache, LoaderBatchesAreTheSameWithAndWithoutIt) {
   co.dir = dir / "cache";
   co.quiet = true;
   test::write_file(index.image_paths[5], "");  // exists for the key, empty for the decoder
-  auto cache = open_or_build_image_cache(index.image_paths, to.prepare(), co);
+  auto cache =
+      CachedImages::of(open_or_build_image_cache(index.image_paths, to.prepare(), co), index.image_paths);
+  ASSERT_TRUE(cache && cache->complete());
   std::vector<int64_t> rows = {3, 5, 0, 11, 7, 1, 2};
   for (bool uint8 : {false, true}) {
     LoaderOptions lo;
@@ -262,15 +264,25 @@ TEST(ImageCache, LoaderBatchesAreTheSameWithAndWithoutIt) {
     EXPECT_FALSE(cached.next());
     EXPECT_EQ(skipped, 1);
   }
-  // A loader with a cache of another size, or one without the rows' images, is a bug of the caller.
+  // A loader with a cache of another size, entries of another list or without the rows' images is a bug
+  // of the caller.
   TransformOptions other = to;
   other.prepared_size = 96;
   LoaderOptions lo;
   lo.cache = cache;
   EXPECT_THROW(BatchLoader(index, rows, ImageTransform(other), 0, lo), std::logic_error);
+  DatasetIndex shorter = index;
+  shorter.image_paths.pop_back();
+  EXPECT_THROW(BatchLoader(shorter, rows, ImageTransform(to), 0, lo), std::logic_error);
   DatasetIndex moved = index;
   moved.image_paths[3] = dir / "elsewhere.jpg";
+  lo.cache = CachedImages::of(cache->cache, moved.image_paths);
+  EXPECT_FALSE(lo.cache->complete());
   EXPECT_THROW(BatchLoader(moved, rows, ImageTransform(to), 0, lo), std::logic_error);
+  rows.erase(rows.begin());   // without row 3, the moved image
+  lo.skip_bad_images = true;  // row 5
+  BatchLoader fine(moved, rows, ImageTransform(to), 0, lo);
+  EXPECT_TRUE(fine.next());
 }
 
 TEST(ImageCache, WarpFromTheLargerPreparedImageMatchesResizeThenWarp) {

@@ -159,6 +159,26 @@ TEST(Config, InputNormalisationIsOneOrInChannelsPositiveNumbers) {
   EXPECT_NE(error_of("", {"model.input_mean=[a]"}).find("expected a list of numbers"), std::string::npos);
 }
 
+TEST(Config, ImageSizesAndAugmentRangesAreChecked) {
+  auto has = [](const std::string& error, const std::string& part) {
+    return error.find(part) != std::string::npos;
+  };
+  EXPECT_EQ(error_of("", {"data.augment.scale=0.9", "data.augment.rotate_deg=180", "data.cache_size=16384"}),
+            "");
+  EXPECT_TRUE(has(error_of("", {"data.augment.scale=.nan"}), "data.augment.scale must be 0 to 0.9"));
+  EXPECT_TRUE(has(error_of("", {"data.augment.scale=1.5"}), "data.augment.scale must be 0 to 0.9 (zoom range), got 1.5"));
+  EXPECT_TRUE(has(error_of("", {"data.augment.shift=-0.1"}), "data.augment.shift must be 0 to 0.5"));
+  EXPECT_TRUE(
+      has(error_of("", {"data.augment.rotate_deg=.inf"}), "data.augment.rotate_deg must be 0 to 180"));
+  EXPECT_TRUE(has(error_of("", {"data.augment.brightness=2"}), "data.augment.brightness must be 0 to 1"));
+  EXPECT_TRUE(has(error_of("", {"data.augment.contrast=-1"}), "data.augment.contrast must be 0 to 1"));
+  EXPECT_TRUE(has(error_of("", {"data.image_size=20000"}), "data.image_size must be 16 to 16384, got 20000"));
+  EXPECT_TRUE(has(error_of("", {"data.cache_size=100"}), "data.cache_size must be 0 (automatic) or from"));
+  // 16000 * 1.08 rounds up to 17280: too large for a cache unless data.cache_size says otherwise.
+  EXPECT_TRUE(has(error_of("", {"data.image_size=16000"}), "prepares images of 17280 px, at most 16384"));
+  EXPECT_EQ(error_of("", {"data.image_size=16000", "data.cache_size=16384"}), "");
+}
+
 TEST(Config, ResolvedYamlRoundTrips) {
   Config c = parse_config("", "x", {"data.label_columns=[x, y]", "train.epochs=7", "optim.lr=0.0005"});
   const std::string yaml = config_to_yaml(c);
