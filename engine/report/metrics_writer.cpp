@@ -88,6 +88,8 @@ class JsonlWriter : public MetricsWriter {
     j["lr"] = r.lr;
     j["images_per_sec"] = r.images_per_sec;
     j["epoch_seconds"] = r.epoch_seconds;
+    j["val_seconds"] = r.val_seconds;
+    j["auc_seconds"] = r.auc_seconds;
     j["train_images"] = r.train_images;
     j["val_images"] = r.val_images;
     j["skipped_images"] = r.skipped_images;

@@ -88,9 +88,12 @@ Trainer::~Trainer() = default;
 
 void Trainer::load_data() {
   const auto& dc = config_.data;
+  const Clock::time_point start = Clock::now();
   index_ = load_train_index(dc, index_options(dc));
   config_.data.label_columns = index_.label_names;  // resolved: written to config.yaml and the checkpoint
   split_ = validation_split(config_.data, index_.groups, static_cast<uint64_t>(config_.seed));
+  char index_seconds[32];
+  std::snprintf(index_seconds, sizeof index_seconds, "%.2f", seconds_since(start));
   const fs::path out(config_.output.dir);
   out_dir_ = out.string();
   ckpt_dir_ = (out / "checkpoints").string();
@@ -104,7 +107,8 @@ void Trainer::load_data() {
   log_.info("data: " + std::to_string(index_.size()) + " images, " + std::to_string(index_.num_labels()) +
             " labels; train " + std::to_string(split_.train.size()) + ", validation " +
             std::to_string(split_.val.size()) + " (grouped by " +
-            (dc.group_column.empty() ? std::string("row") : dc.group_column) + ")");
+            (dc.group_column.empty() ? std::string("row") : dc.group_column) + "; read and split in " +
+            index_seconds + " s)");
   const bool drop_last = drop_last_batch(config_, split_.train.size(), collectives_.world_size());
   loader_options_ = train_loader_options(config_, options_.device, drop_last);
   loader_options_.cache = open_cache();

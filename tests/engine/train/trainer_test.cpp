@@ -69,6 +69,11 @@ TEST_F(TrainerTest, LossFallsAndRunFolderIsComplete) {
                           "images_per_sec", "epoch_seconds"})
     EXPECT_TRUE(m[0].contains(key)) << key;
   EXPECT_EQ(m[0]["val_auc"].size(), 11u);
+  // Validation's time, of which the loss and AUC, inside the epoch's.
+  const double val = m[0]["val_seconds"].get<double>(), auc = m[0]["auc_seconds"].get<double>();
+  EXPECT_GT(auc, 0.0);
+  EXPECT_LT(auc, val);
+  EXPECT_LT(val, m[0]["epoch_seconds"].get<double>());
   for (const char* f :
        {"config.yaml", "metrics.jsonl", "log.txt", "checkpoints/last.pt", "checkpoints/best.pt"})
     EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
