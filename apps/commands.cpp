@@ -119,6 +119,7 @@ int run_bench(const BenchArgs& args) {
                    BenchOptions options;
                    options.steps = args.steps;
                    options.warmup = args.warmup;
+                   options.loader_steps = args.loader_steps;
                    options.device = device;
                    const BenchResult r = run_bench(c, collectives, options);
                    if (!collectives.is_main()) return 0;

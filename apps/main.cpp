@@ -115,6 +115,10 @@ void add_bench(CLI::App& app, Commands& c) {
   b->add_option("--steps", c.bench.steps, "Timed batches/steps per figure")->check(CLI::Range(1, 1000000));
   b->add_option("--warmup", c.bench.warmup, "Untimed batches/steps before each figure")
       ->check(CLI::Range(0, 1000000));
+  b->add_option(
+       "--loader-steps", c.bench.loader_steps,
+       "Timed batches of the loader figure (default: --steps; the loader alone is cheap to time longer)")
+      ->check(CLI::Range(1, 1000000));
   b->add_option("--out", c.bench.out, "Write the figures as JSON here");
   c.add(b, [&c] { return ranzcr::run_bench(c.bench); });
 }

@@ -81,7 +81,8 @@ double time_loader(const Setup& s, const Config& config, const BenchOptions& o, 
   for (int i = 0; i < o.warmup; ++i) loader.next();
   watch.start();
   int64_t images = 0;
-  for (int i = 0; i < o.steps; ++i) images += loader.next()->images.size(0);
+  const int steps = o.loader_steps > 0 ? o.loader_steps : o.steps;
+  for (int i = 0; i < steps; ++i) images += loader.next()->images.size(0);
   return images / watch.stop();
 }
 
@@ -138,7 +139,7 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   Setup s;
   s.index = load_train_index(config.data, index_options(config.data));
   s.train_rows = bench_rows(config, validation_split(config.data, s.index.groups, config.seed).train,
-                            o.warmup + o.steps + 1, collectives);
+                            o.warmup + std::max(o.steps, o.loader_steps) + 1, collectives);
   s.loader = train_loader_options(config, device, /*drop_last=*/true);
   s.loader.cache = open_run_cache(config.data, s.index.image_paths, [&](const std::string& line) {
     if (collectives.is_main()) std::fprintf(stderr, "%s\n", line.c_str());
@@ -173,6 +174,7 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   r.world_size = world;
   r.steps = o.steps;
   r.warmup = o.warmup;
+  r.loader_steps = o.loader_steps > 0 ? o.loader_steps : o.steps;
   return r;
 }
 
@@ -194,6 +196,7 @@ std::string bench_json(const BenchResult& r) {
   j["world_size"] = r.world_size;
   j["steps"] = r.steps;
   j["warmup"] = r.warmup;
+  j["loader_steps"] = r.loader_steps;
   j["torch_version"] = TORCH_VERSION;
   return j.dump(2) + "\n";
 }
@@ -203,7 +206,9 @@ std::string bench_table(const BenchResult& r) {
   ss << "bench: " << r.model << " " << r.image_size << " px, batch " << r.batch_size << " x " << r.world_size
      << " rank(s), " << r.precision << (r.channels_last ? ", channels_last" : "") << ", device " << r.device
      << ", " << r.threads << " threads, " << r.loader_workers << " loader workers, " << r.steps
-     << " steps after " << r.warmup << " warm-up\n";
+     << " steps after " << r.warmup << " warm-up";
+  if (r.loader_steps != r.steps) ss << " (loader: " << r.loader_steps << " batches)";
+  ss << "\n";
   ss << std::fixed << std::setprecision(1);
   ss << "  loader   " << std::setw(10) << r.loader_images_per_sec
      << " images/s  (read, decode, augment, collate)\n";

@@ -13,8 +13,9 @@
 namespace ranzcr {
 
 struct BenchOptions {
-  int steps = 30;  // timed batches / steps per figure
-  int warmup = 5;  // untimed batches / steps before each figure (thread start-up, cuDNN autotuning)
+  int steps = 30;        // timed batches / steps per figure
+  int warmup = 5;        // untimed batches / steps before each figure (thread start-up, cuDNN autotuning)
+  int loader_steps = 0;  // timed batches of the loader figure; 0: steps
   torch::Device device = torch::kCPU;
 };
 
@@ -27,7 +28,8 @@ struct BenchResult {
   double sync_wait_share = -1.0;    // world size > 1: share of e2e time in the gradient-sync wait
   std::string device, model, precision;
   bool channels_last = false;
-  int image_size = 0, batch_size = 0, threads = 0, loader_workers = 0, world_size = 1, steps = 0, warmup = 0;
+  int image_size = 0, batch_size = 0, threads = 0, loader_workers = 0, world_size = 1, steps = 0, warmup = 0,
+      loader_steps = 0;
 };
 
 /// Measures the three figures for `config` on `options.device`; every rank of `collectives` runs it.

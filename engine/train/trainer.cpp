@@ -93,7 +93,7 @@ void Trainer::load_data() {
   config_.data.label_columns = index_.label_names;  // resolved: written to config.yaml and the checkpoint
   split_ = validation_split(config_.data, index_.groups, static_cast<uint64_t>(config_.seed));
   char index_seconds[32];
-  std::snprintf(index_seconds, sizeof index_seconds, "%.2f", seconds_since(start));
+  std::snprintf(index_seconds, sizeof index_seconds, "%.3f", seconds_since(start));
   const fs::path out(config_.output.dir);
   out_dir_ = out.string();
   ckpt_dir_ = (out / "checkpoints").string();

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Training throughput of ranzcr against a PyTorch eager reference, on the same config and data.
 #
-#   scripts/bench/compare.sh --config FILE [--set key=value ...] [--steps N] [--warmup W]
+#   scripts/bench/compare.sh --config FILE [--set key=value ...] [--steps N] [--warmup W] [--loader-steps L]
 #                            [--out-dir DIR] [--reduced-decode] [--table-only]
 #
 # Runs `ranzcr bench` (binary: $RANZCR_BIN, default build/ranzcr) and then
 # scripts/bench/pytorch_reference.py (python: $PYTHON, default .venv/bin/python if present, else python3)
-# with the same --config/--set/--steps/--warmup, one after the other (never at the same time, so neither
+# with the same --config/--set/--steps/--warmup/--loader-steps, one after the other (never at the same time, so neither
 # steals the other's cores), and the reference on the device ranzcr used. Writes DIR/ours.json,
 # DIR/pytorch.json and DIR/compare.md (DIR defaults to runs/bench) and prints a markdown table:
 # metric | ranzcr | pytorch | ratio (ranzcr / pytorch) for the loader, compute and end-to-end figures.
@@ -34,12 +34,12 @@ common=()  # arguments both implementations get
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h | --help) usage 0 ;;
-    --config | --set | --steps | --warmup | --out-dir)
+    --config | --set | --steps | --warmup | --loader-steps | --out-dir)
       [[ $# -ge 2 ]] || die "$1 needs a value"
       opt=$1 val=$2
       shift 2
       ;;
-    --config=* | --set=* | --steps=* | --warmup=* | --out-dir=*)
+    --config=* | --set=* | --steps=* | --warmup=* | --loader-steps=* | --out-dir=*)
       opt=${1%%=*} val=${1#*=}
       shift
       ;;
@@ -50,7 +50,7 @@ while [[ $# -gt 0 ]]; do
   case "$opt" in
     --config) config=$val; common+=(--config "$val") ;;
     --out-dir) out_dir=$val ;;
-    --steps | --warmup)
+    --steps | --warmup | --loader-steps)
       [[ $val =~ ^[0-9]+$ ]] || die "$opt expects a whole number, got '$val'"
       common+=("$opt" "$val")
       ;;
@@ -141,7 +141,7 @@ settings = (f"{setting('model')}, {setting('image_size')} px, batch {setting('ba
             f"{ref.get('torch_version', '?')} (pytorch)")
 lines += ["", "Settings: " + settings]
 differ = [k for k in ("device", "model", "image_size", "batch_size", "precision", "channels_last", "threads",
-                      "loader_workers", "steps", "warmup") if k in ours and k in ref and ours[k] != ref[k]]
+                      "loader_workers", "steps", "warmup", "loader_steps") if k in ours and k in ref and ours[k] != ref[k]]
 if differ:
     lines.append("")
     lines.append("**Warning: the runs differ in " + ", ".join(f"{k} ({ours[k]} vs {ref[k]})" for k in differ)

@@ -2,8 +2,9 @@
 """PyTorch eager reference for `ranzcr bench`: the same three throughput figures, same config.
 
 What it measures (images per second, like `build/ranzcr bench`):
-  loader   the input pipeline alone: read JPEG, decode, resize, augment, collate, over --steps batches of
-           the training split (after --warmup batches; epochs are cycled when the split is short);
+  loader   the input pipeline alone: read JPEG, decode, resize, augment, collate, over --loader-steps
+           (default --steps) batches of the training split (after --warmup batches; epochs are cycled when
+           the split is short);
   compute  forward + backward + optimizer step on one fixed batch already on the device, --steps steps
            after --warmup (torch.cuda.synchronize() before the clock is read on CUDA);
   e2e      the real training step fed by a fresh DataLoader epoch, --warmup then --steps steps.
@@ -31,7 +32,7 @@ How it matches ranzcr (read from the C++ sources):
            optim.grad_clip > 0; train.precision auto|fp32|bf16|fp16 (auto: bf16 on CUDA if supported, else
            fp32), train.channels_last auto|true|false (auto: on for CUDA), cudnn.benchmark, non_blocking.
 
-Usage: pytorch_reference.py --config FILE [--set k=v ...] [--steps N] [--warmup W] [--out FILE]
+Usage: pytorch_reference.py --config FILE [--set k=v ...] [--steps N] [--warmup W] [--loader-steps L] [--out FILE]
                             [--device cpu|cuda] [--reduced-decode] [--model-source auto|timm|torchvision|builtin]
 Needs torch, numpy, opencv (cv2) and PyYAML: pip install opencv-python-headless numpy pyyaml
 """
@@ -423,13 +424,14 @@ def main():
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--loader-steps", type=int, default=0, help="timed batches of the loader figure (0: --steps)")
     p.add_argument("--out")
     p.add_argument("--device", choices=["cpu", "cuda"])
     p.add_argument("--reduced-decode", action="store_true", help="decode JPEGs at 1/2, 1/4, 1/8 like ranzcr")
     p.add_argument("--model-source", choices=["auto", "timm", "torchvision", "builtin"], default="auto")
     args = p.parse_args()
-    if args.steps < 1 or args.warmup < 0:
-        fail("--steps must be >= 1 and --warmup >= 0")
+    if args.steps < 1 or args.warmup < 0 or args.loader_steps < 0:
+        fail("--steps must be >= 1, --warmup and --loader-steps >= 0")
     cfg = load_config(args.config, args.set)
     d, t, o, mc = cfg["data"], cfg["train"], cfg["optim"], cfg["model"]
     seed = int(cfg["seed"])
@@ -503,13 +505,14 @@ def main():
     print(f"pytorch reference: {len(paths)} training images, {len(names)} labels, {mc['name']} ({source}), "
           f"{device}, {precision}, decode {'reduced' if args.reduced_decode else 'full'}", flush=True)
     # loader alone (worker start-up falls in the warm-up batches)
+    loader_steps = args.loader_steps or args.steps
     loader = make_loader(0)
     it = cycle(loader)
     fixed = None
     for _ in range(args.warmup):
         fixed = next(it)
     t0, n = time.perf_counter(), 0
-    for _ in range(args.steps):
+    for _ in range(loader_steps):
         batch = next(it)
         n += batch[0].shape[0]
     loader_ips = n / (time.perf_counter() - t0)
@@ -546,7 +549,8 @@ def main():
     result = {
         "implementation": "pytorch", "device": str(device), "model": mc["name"], "image_size": size,
         "batch_size": bs, "precision": precision, "channels_last": channels_last, "threads": torch.get_num_threads(),
-        "loader_workers": workers, "world_size": 1, "steps": args.steps, "warmup": args.warmup, "torch_version": torch.__version__,
+        "loader_workers": workers, "world_size": 1, "steps": args.steps, "warmup": args.warmup,
+        "loader_steps": loader_steps, "torch_version": torch.__version__,
         "loader_images_per_sec": round(loader_ips, 2), "compute_images_per_sec": round(compute_ips, 2),
         "e2e_images_per_sec": round(e2e_ips, 2), "decode": "reduced" if args.reduced_decode else "full",
         "model_source": source, "opencv_version": cv2.__version__,
