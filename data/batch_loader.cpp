@@ -1,11 +1,55 @@
 #include "data/batch_loader.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 
 namespace ranzcr {
+
+// The image tensors of batches, handed out again once the consumer drops a batch. A fresh one per batch is
+// a block the size of a whole batch (32 x 512 x 512 floats: 32 MiB), which malloc maps anew every time: the
+// kernel then faults in and zeroes each of its pages, more work than the loader's own per image. At most
+// `keep` free blocks stay, as many as batches can be in flight: memory stays bounded by the prefetch.
+class ImageBuffers : public std::enable_shared_from_this<ImageBuffers> {
+ public:
+  ImageBuffers(size_t bytes, size_t keep) : bytes_(bytes), keep_(keep) {}
+  ~ImageBuffers() {
+    for (void* p : free_) std::free(p);
+  }
+  /// A tensor of `sizes` and `options` (at most `bytes` of it) over a reused block.
+  torch::Tensor take(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        p = free_.back();
+        free_.pop_back();
+      }
+    }
+    if (!p && !(p = std::aligned_alloc(64, (bytes_ + 63) / 64 * 64))) throw std::bad_alloc();
+    // The deleter holds the pool: a batch may outlive its loader.
+    return torch::from_blob(
+        p, sizes, [pool = shared_from_this()](void* q) { pool->give_back(q); }, options);
+  }
+
+ private:
+  void give_back(void* p) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (free_.size() < keep_) {
+        free_.push_back(p);
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+  const size_t bytes_, keep_;
+  std::mutex mutex_;
+  std::vector<void*> free_;
+};
 
 BatchLoader::BatchLoader(const DatasetIndex& index, std::vector<int64_t> rows, ImageTransform transform,
                          int64_t epoch, LoaderOptions options)
@@ -30,6 +74,11 @@ BatchLoader::BatchLoader(const DatasetIndex& index, std::vector<int64_t> rows, I
       if (c->entries.at(row) < 0)
         throw std::logic_error("image " + index_.image_paths[row] + " is not in the image cache " +
                                c->cache->file());
+  }
+  if (!options_.pin_memory) {  // pinned batches come from the CUDA host allocator, which caches its blocks
+    const int64_t s = transform_.options().image_size;
+    const size_t bytes = static_cast<size_t>(options_.batch_size * s * s) * (options_.uint8_images ? 1 : 4);
+    buffers_ = std::make_shared<ImageBuffers>(bytes, options_.prefetch_batches + options_.num_workers + 2);
   }
   for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { work(); });
 }
@@ -138,7 +187,9 @@ void BatchLoader::collate(const std::vector<TransformedImage>& images, const std
   const bool labeled = !index_.labels.empty();
   const int64_t n = static_cast<int64_t>(kept.size());
   auto opts = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(options_.pin_memory);
-  batch->images = torch::empty({n, 1, s, s}, options_.uint8_images ? opts.dtype(torch::kUInt8) : opts);
+  const auto image_opts = options_.uint8_images ? opts.dtype(torch::kUInt8) : opts;
+  batch->images =
+      buffers_ ? buffers_->take({n, 1, s, s}, image_opts) : torch::empty({n, 1, s, s}, image_opts);
   batch->labels = torch::zeros({n, labeled ? c : 0}, opts);
   batch->indices = torch::empty({n}, torch::kLong);
   if (options_.uint8_images) {
@@ -152,9 +203,8 @@ void BatchLoader::collate(const std::vector<TransformedImage>& images, const std
       batch->pixel_scale.data_ptr<float>()[i] = static_cast<float>(images[i].scale);
       batch->pixel_offset.data_ptr<float>()[i] = static_cast<float>(images[i].offset);
     } else {
-      const cv::Mat m = to_float(images[i]);
-      float* dst = batch->images.data_ptr<float>() + i * s * s;
-      for (int y = 0; y < s; ++y) std::memcpy(dst + y * s, m.ptr<float>(y), s * sizeof(float));
+      cv::Mat dst(s, s, CV_32FC1, batch->images.data_ptr<float>() + i * s * s);
+      to_float(images[i], dst);
     }
     batch->indices.data_ptr<int64_t>()[i] = kept[i];
     if (labeled)

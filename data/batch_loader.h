@@ -20,6 +20,8 @@
 
 namespace ranzcr {
 
+class ImageBuffers;
+
 struct Batch {
   torch::Tensor images;          // [N, 1, S, S] float32 in [0, 1]; uint8 with LoaderOptions::uint8_images
   torch::Tensor pixel_scale;     // [N] float32, uint8 batches only: float = clamp(u8 * scale + offset, 0, 1)
@@ -86,6 +88,7 @@ class BatchLoader {
   int64_t epoch_;
   LoaderOptions options_;
   int64_t num_batches_;
+  std::shared_ptr<ImageBuffers> buffers_;  // the batches' image memory, reused (unpinned batches)
 
   std::mutex mutex_;
   std::condition_variable cv_;

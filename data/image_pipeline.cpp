@@ -227,11 +227,18 @@ cv::Mat transform_mask(const cv::Mat& mask, const Geometry& g) {
 }
 
 cv::Mat to_float(const TransformedImage& image) {
-  cv::Mat out;
-  image.u8.convertTo(out, CV_32F, image.scale, image.offset);
+  cv::Mat out(image.u8.size(), CV_32FC1);
+  to_float(image, out);
+  return out;
+}
+
+void to_float(const TransformedImage& image, cv::Mat& out) {
+  CV_Assert(out.type() == CV_32FC1 && out.size() == image.u8.size());
+  const void* before = out.data;
+  image.u8.convertTo(out, CV_32F, image.scale, image.offset);  // in place: same size and type
+  CV_Assert(out.data == before);
   cv::min(out, 1.0, out);
   cv::max(out, 0.0, out);
-  return out;
 }
 
 cv::Mat ImageTransform::operator()(const cv::Mat& gray, int64_t epoch, int64_t sample_index) const {

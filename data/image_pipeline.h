@@ -112,6 +112,8 @@ class ImageTransform {
 
 /// CV_32FC1 clamp(u8 * scale + offset, 0, 1): the same float image on every path.
 cv::Mat to_float(const TransformedImage& image);
+/// to_float into `out`, a CV_32FC1 image of the same size over memory the caller owns (a batch's slot).
+void to_float(const TransformedImage& image, cv::Mat& out);
 
 /// The training augmentation of `data` (data.image_size, data.augment), seeded by `seed`.
 TransformOptions train_transform(const DataConfig& data, uint64_t seed);

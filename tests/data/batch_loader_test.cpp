@@ -1,5 +1,7 @@
 #include "data/batch_loader.h"
 
+#include <optional>
+
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -103,6 +105,35 @@ TEST_F(BatchLoaderTest, Uint8BatchesNormaliseToTheFloatBatches) {
     EXPECT_TRUE(torch::equal(u.labels, f.labels));
     EXPECT_TRUE(torch::equal(u.indices, f.indices));
   }
+}
+
+TEST_F(BatchLoaderTest, ReusedImageMemoryHoldsEachBatchsOwnPixelsAndOutlivesTheLoader) {
+  // Batches are written into blocks that dropped batches gave back: every batch equals a fresh loader's
+  // (no pixels of an earlier batch show through), and a batch kept after its loader is gone keeps its own.
+  const DatasetIndex idx = index();
+  std::vector<int64_t> rows;
+  for (int r = 0; r < 4; ++r)
+    for (int64_t i = 0; i < 10; ++i) rows.push_back((i * 7 + r) % 10);  // 40 rows: 20 batches of 2
+  TransformOptions to;
+  to.image_size = 32;
+  to.train = true;
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.num_workers = 2;
+  o.prefetch_batches = 2;
+  BatchLoader reference(idx, rows, ImageTransform(to), 1, o);
+  std::optional<Batch> kept;
+  torch::Tensor kept_want;
+  {
+    BatchLoader loader(idx, rows, ImageTransform(to), 1, o);
+    for (int b = 0; b < 20; ++b) {
+      const Batch x = *loader.next(), want = *reference.next();
+      EXPECT_TRUE(torch::equal(x.images, want.images)) << "batch " << b;
+      if (b == 10) kept = x, kept_want = want.images.clone();
+    }
+    EXPECT_FALSE(loader.next());
+  }
+  EXPECT_TRUE(torch::equal(kept->images, kept_want));
 }
 
 }  // namespace
