@@ -2,7 +2,7 @@
 """How a training run's costs grow with the data set: one epoch of `ranzcr train` on the first N rows of a
 data set, for each N, under scripts/bench/tree_memory.py; a table and a straight-line fit.
 
-  growth.py --source DIR --sizes 3000,10000,30083 --config FILE [--set k=v ...] [--out-dir DIR]
+  growth.py --source DIR --sizes 3000,10000,30083 --config FILE [--set k=v ...] [--out-dir DIR] [--table-only]
 
 For each N, DIR/<N>/data is a data set with the first N rows of SOURCE's train.csv and SOURCE's image folder
 linked in (so each N has its own data.cache file, built by the run); the run goes to DIR/<N>/run. Read back:
@@ -90,10 +90,15 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--out-dir", default="runs/growth")
+    ap.add_argument("--table-only", action="store_true", help="print the table of DIR/growth.json, run nothing")
     a = ap.parse_args()
-    rows = [run_one(int(n), a) for n in a.sizes.split(",")]
-    with open(os.path.join(a.out_dir, "growth.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+    out = os.path.join(a.out_dir, "growth.json")
+    if a.table_only:
+        rows = json.load(open(out))
+    else:
+        rows = [run_one(int(n), a) for n in a.sizes.split(",")]
+        with open(out, "w") as f:
+            json.dump(rows, f, indent=1)
     cols = [("cache_build_s", "cache build s"), ("index_s", "read + split s"), ("epoch_s", "epoch s"),
             ("train_img_s", "train img/s"), ("val_s", "validation s"), ("auc_s", "loss + AUC s"),
             ("peak_rss_anon_mib", "peak anon MiB"), ("peak_rss_file_mib", "peak file-backed MiB"),
@@ -101,7 +106,7 @@ def main():
     print("| images | " + " | ".join(c[1] for c in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for r in rows:
-        print(f"| {r['images']} | " + " | ".join("-" if r[k] is None else str(r[k]) for k, _ in cols) + " |")
+        print(f"| {r['images']} | " + " | ".join("-" if r[k] is None else f"{r[k]:.4g}" for k, _ in cols) + " |")
     print()
     xs = [r["images"] for r in rows]
     for k, label in cols:
