@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 
 namespace ranzcr {
@@ -20,6 +21,9 @@ class ImageBuffers : public std::enable_shared_from_this<ImageBuffers> {
   }
   /// A tensor of `sizes` and `options` (at most `bytes` of it) over a reused block.
   torch::Tensor take(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+    TORCH_CHECK(c10::multiply_integers(sizes) * static_cast<int64_t>(options.dtype().itemsize()) <=
+                    static_cast<int64_t>(bytes_),
+                "batch of ", sizes, " larger than the loader's image blocks");
     void* p = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -66,10 +70,10 @@ BatchLoader::BatchLoader(const DatasetIndex& index, std::vector<int64_t> rows, I
       throw std::logic_error("image cache " + c->cache->file() + " holds images of " +
                              std::to_string(c->cache->side()) + " px, the transform prepares " +
                              std::to_string(side));
-    if (c->entries.size() != index_.image_paths.size())
-      throw std::logic_error("the image cache's entries are of a list of " +
-                             std::to_string(c->entries.size()) + " images, the index has " +
-                             std::to_string(index_.image_paths.size()));
+    if (!c->of_list(index_.image_paths))
+      throw std::logic_error("the entries of image cache " + c->cache->file() +
+                             " are of another image list (" + std::to_string(c->entries.size()) +
+                             " images; the index has " + std::to_string(index_.image_paths.size()) + ")");
     for (int64_t row : rows_)
       if (c->entries.at(row) < 0)
         throw std::logic_error("image " + index_.image_paths[row] + " is not in the image cache " +

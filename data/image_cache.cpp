@@ -239,6 +239,7 @@ std::shared_ptr<const CachedImages> CachedImages::of(std::shared_ptr<const Image
   if (!cache) return nullptr;
   auto out = std::make_shared<CachedImages>();
   out->entries = cache->entries_of(paths);
+  out->list_hash = hash_of(paths);
   out->cache = std::move(cache);
   return out;
 }
@@ -251,6 +252,19 @@ std::vector<int64_t> ImageCache::entries_of(const std::vector<std::string>& path
     if (it != by_path_.end()) out[i] = it->second;
   }
   return out;
+}
+
+uint64_t CachedImages::hash_of(const std::vector<std::string>& paths) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const std::string& p : paths) {
+    for (unsigned char c : p) h = (h ^ c) * 1099511628211ULL;
+    h = (h ^ 0xFFu) * 1099511628211ULL;  // a separator no path byte can make ambiguous with the next path
+  }
+  return h;
+}
+
+bool CachedImages::of_list(const std::vector<std::string>& paths) const {
+  return entries.size() == paths.size() && list_hash == hash_of(paths);
 }
 
 bool CachedImages::complete() const {

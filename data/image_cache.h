@@ -106,10 +106,15 @@ struct ImageCacheOptions {
 struct CachedImages {
   std::shared_ptr<const ImageCache> cache;
   std::vector<int64_t> entries;  // per path of the list, its entry in `cache`, or -1 when it has none
+  uint64_t list_hash = 0;        // list_hash(paths) of the list
 
   /// find() of each of `paths` (the working folder read once); nullptr for a null cache.
   static std::shared_ptr<const CachedImages> of(std::shared_ptr<const ImageCache> cache,
                                                 const std::vector<std::string>& paths);
+  /// A hash of the paths as given, in order (no file system access): which list `entries` belong to.
+  static uint64_t hash_of(const std::vector<std::string>& paths);
+  /// Whether these are the entries of `paths`.
+  bool of_list(const std::vector<std::string>& paths) const;
   /// Whether `cache` holds every image of the list.
   bool complete() const;
 };

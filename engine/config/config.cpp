@@ -337,10 +337,9 @@ void validate_image_options(const DataConfig& d) {
     return o.str();
   };
   const AugmentConfig& a = d.augment;
-  require(in(a.rotate_deg, 0, 180),
-          "data.augment.rotate_deg must be 0 to 180 (degrees), got " + str(a.rotate_deg));
-  require(in(a.shift, 0, 0.5),
-          "data.augment.shift must be 0 to 0.5 (of the image side), got " + str(a.shift));
+  require(in(a.rotate_deg, 0, 360),
+          "data.augment.rotate_deg must be 0 to 360 (degrees), got " + str(a.rotate_deg));
+  require(in(a.shift, 0, 1), "data.augment.shift must be 0 to 1 (of the image side), got " + str(a.shift));
   require(in(a.scale, 0, 0.9), "data.augment.scale must be 0 to 0.9 (zoom range), got " + str(a.scale));
   require(in(a.brightness, 0, 1), "data.augment.brightness must be 0 to 1, got " + str(a.brightness));
   require(in(a.contrast, 0, 1), "data.augment.contrast must be 0 to 1, got " + str(a.contrast));

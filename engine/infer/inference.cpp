@@ -1,7 +1,5 @@
 #include "engine/infer/inference.h"
 
-#include <algorithm>
-
 #include <memory>
 #include <unordered_map>
 
@@ -28,7 +26,9 @@ namespace {
 // one (they read each image once), they use the one a training run on the same images built.
 std::shared_ptr<const CachedImages> cached_images(const DatasetIndex& index, const PrepareOptions& prepare,
                                                   const InferenceOptions& options) {
-  if (const auto& c = options.cache; c && c->cache->side() == prepare.side) return c;
+  if (const auto& c = options.cache;
+      c && c->cache->side() == prepare.side && c->of_list(index.image_paths) && c->complete())
+    return c;
   if (options.cache_dir.empty()) return nullptr;
   ImageCacheOptions co;
   co.dir = options.cache_dir;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/dataset_index.h"
+#include "data/image_cache.h"
 #include "distributed/collectives.h"
 #include "engine/config/config.h"
 #include "engine/runtime/device_batches.h"
@@ -20,7 +21,7 @@ struct InferenceOptions {
   int prepared_size = 0;  // images are prepared (and cached) at this side; 0: image_size
   bool clahe = false;
   DicomConfig dicom;  // data.dicom
-  /// Prepared images from here when it is at prepared_size: the cache of the index inference runs over
+  /// Prepared images from here when it holds every image of the index inference runs over at prepared_size
   /// (the training run's own, for validation)...
   std::shared_ptr<const CachedImages> cache;
   /// ...else from a cache in this folder that already holds them (data.cache; "": decode every image).

@@ -5,6 +5,7 @@
 #include <torch/version.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>

@@ -29,8 +29,8 @@ struct EpochRecord {
   AucReport auc;
   std::vector<std::string> label_names;
   double images_per_sec = 0.0, epoch_seconds = 0.0;
-  double val_seconds = 0.0;  // validation of the model: inference, loss and AUC (ranks together)
-  double auc_seconds = 0.0;  // of which the loss and AUC over the gathered predictions
+  double val_seconds = 0.0;  // validation of every model validated (the EMA's too): inference, loss, AUC
+  double auc_seconds = 0.0;  // of which the losses and AUCs over the gathered predictions
   int64_t train_images = 0, val_images = 0, skipped_images = 0;
   bool improved = false;  // a new best of the metric checkpoints are chosen on (see selects_best)
   /// Further weights validated this epoch (the EMA's: "ema"), written as <name>_val_loss,

@@ -189,6 +189,7 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
 }
 
 int64_t Trainer::validate(EpochRecord& r) {
+  const Clock::time_point start = Clock::now();
   sync_buffers();
   double auc_seconds = 0.0;
   auto score = [&](Classifier& model) {
@@ -197,17 +198,16 @@ int64_t Trainer::validate(EpochRecord& r) {
     EpochRecord::Validation out;
     out.loss = torch::binary_cross_entropy_with_logits(v.logits, v.labels).item<double>();
     out.auc = multilabel_auc(v.logits, v.labels, index_.label_names);
-    auc_seconds = seconds_since(scored);
+    auc_seconds += seconds_since(scored);
     return std::make_pair(out, v);
   };
-  const Clock::time_point start = Clock::now();
   const auto [plain, val] = score(*model_);
-  r.val_seconds = seconds_since(start);
-  r.auc_seconds = auc_seconds;
   r.val_loss = plain.loss, r.auc = plain.auc;
   r.val_images = val.rows.size(0);
   const ValidateModel validate_model = [&](Classifier& model) { return score(model).first; };
   for (auto& f : features_) f->on_validate(validate_model, r);
+  r.val_seconds = seconds_since(start);  // every model validated (the EMA's too)
+  r.auc_seconds = auc_seconds;
   return val.skipped;
 }
 

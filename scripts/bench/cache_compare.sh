@@ -45,13 +45,14 @@ done
 [[ -n $config && -n $png_root ]] || die "--config and --png-root are required"
 [[ -f $png_root/train.csv ]] || die "$png_root/train.csv not found (make it with scripts/bench/pre_resize.py)"
 for n in "$loader_steps" "$warmup" "$rounds"; do [[ $n =~ ^[0-9]+$ ]] || die "expected a whole number, got '$n'"; done
+((loader_steps >= 1 && rounds >= 1)) || die "--loader-steps and --rounds must be at least 1"
 bin=${RANZCR_BIN:-$repo/build/ranzcr}
 python=${PYTHON:-}
 if [[ -z $python ]]; then
   if [[ -x $repo/.venv/bin/python ]]; then python=$repo/.venv/bin/python; else python=python3; fi
 fi
 mkdir -p "$out_dir"
-common=(--config "$config" "${sets[@]}" --steps 1 --warmup "$warmup" --loader-steps "$loader_steps")
+common=(--config "$config" ${sets[@]+"${sets[@]}"} --steps 1 --warmup "$warmup" --loader-steps "$loader_steps")
 
 loader_of() { "$python" -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["loader_images_per_sec"], 1))' "$1"; }
 

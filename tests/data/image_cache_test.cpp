@@ -276,7 +276,10 @@ TEST(ImageCache, LoaderBatchesAreTheSameWithAndWithoutIt) {
   EXPECT_THROW(BatchLoader(shorter, rows, ImageTransform(to), 0, lo), std::logic_error);
   DatasetIndex moved = index;
   moved.image_paths[3] = dir / "elsewhere.jpg";
+  EXPECT_FALSE(cache->of_list(moved.image_paths));  // as long, another list: its entries do not apply
+  EXPECT_THROW(BatchLoader(moved, {0, 1}, ImageTransform(to), 0, lo), std::logic_error);
   lo.cache = CachedImages::of(cache->cache, moved.image_paths);
+  EXPECT_TRUE(lo.cache->of_list(moved.image_paths));
   EXPECT_FALSE(lo.cache->complete());
   EXPECT_THROW(BatchLoader(moved, rows, ImageTransform(to), 0, lo), std::logic_error);
   rows.erase(rows.begin());   // without row 3, the moved image

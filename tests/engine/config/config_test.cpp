@@ -163,13 +163,14 @@ TEST(Config, ImageSizesAndAugmentRangesAreChecked) {
   auto has = [](const std::string& error, const std::string& part) {
     return error.find(part) != std::string::npos;
   };
-  EXPECT_EQ(error_of("", {"data.augment.scale=0.9", "data.augment.rotate_deg=180", "data.cache_size=16384"}),
+  EXPECT_EQ(error_of("", {"data.augment.scale=0.9", "data.augment.rotate_deg=360", "data.cache_size=16384"}),
             "");
   EXPECT_TRUE(has(error_of("", {"data.augment.scale=.nan"}), "data.augment.scale must be 0 to 0.9"));
-  EXPECT_TRUE(has(error_of("", {"data.augment.scale=1.5"}), "data.augment.scale must be 0 to 0.9 (zoom range), got 1.5"));
-  EXPECT_TRUE(has(error_of("", {"data.augment.shift=-0.1"}), "data.augment.shift must be 0 to 0.5"));
+  EXPECT_TRUE(has(error_of("", {"data.augment.scale=1.5"}),
+                  "data.augment.scale must be 0 to 0.9 (zoom range), got 1.5"));
+  EXPECT_TRUE(has(error_of("", {"data.augment.shift=-0.1"}), "data.augment.shift must be 0 to 1"));
   EXPECT_TRUE(
-      has(error_of("", {"data.augment.rotate_deg=.inf"}), "data.augment.rotate_deg must be 0 to 180"));
+      has(error_of("", {"data.augment.rotate_deg=.inf"}), "data.augment.rotate_deg must be 0 to 360"));
   EXPECT_TRUE(has(error_of("", {"data.augment.brightness=2"}), "data.augment.brightness must be 0 to 1"));
   EXPECT_TRUE(has(error_of("", {"data.augment.contrast=-1"}), "data.augment.contrast must be 0 to 1"));
   EXPECT_TRUE(has(error_of("", {"data.image_size=20000"}), "data.image_size must be 16 to 16384, got 20000"));
