@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "data/pixel_budget.h"
@@ -34,8 +35,10 @@ constexpr uint32_t kFormatVersion = 1;
 constexpr int kPrepareVersion = 1;
 constexpr size_t kHeaderSize = 64, kEntrySize = 16, kPage = 4096;
 
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 1469598103934665603ULL;
+constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
+
+// FNV-1a of `text`, continuing from `h` (a hash so far, or the offset basis).
+uint64_t fnv1a(std::string_view text, uint64_t h = kFnvOffset) {
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
   return h;
 }
@@ -255,11 +258,9 @@ std::vector<int64_t> ImageCache::entries_of(const std::vector<std::string>& path
 }
 
 uint64_t CachedImages::hash_of(const std::vector<std::string>& paths) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const std::string& p : paths) {
-    for (unsigned char c : p) h = (h ^ c) * 1099511628211ULL;
-    h = (h ^ 0xFFu) * 1099511628211ULL;  // a separator no path byte can make ambiguous with the next path
-  }
+  uint64_t h = kFnvOffset;
+  for (const std::string& p : paths)
+    h = fnv1a("\xff", fnv1a(p, h));  // a separator no path byte can make ambiguous with the next path
   return h;
 }
 

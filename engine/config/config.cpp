@@ -324,12 +324,14 @@ DeviceSetting parse_device_setting(const std::string& value) {
 
 namespace {
 
+// A user error in the config when `ok` is false: "config: <what>".
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("config: " + what);
+}
+
 // data.image_size, data.cache and data.cache_size and the augmentation's ranges: what preparing and
 // augmenting an image relies on (finite ranges, a positive zoom, a prepared side a cache can hold).
 void validate_image_options(const DataConfig& d) {
-  auto require = [](bool ok, const std::string& what) {
-    if (!ok) throw std::runtime_error("config: " + what);
-  };
   auto in = [](double x, double lo, double hi) { return x >= lo && x <= hi; };  // false for NaN
   auto str = [](double x) {
     std::ostringstream o;
@@ -358,9 +360,6 @@ void validate_image_options(const DataConfig& d) {
 }  // namespace
 
 void validate_config(const Config& c) {
-  auto require = [](bool ok, const std::string& what) {
-    if (!ok) throw std::runtime_error("config: " + what);
-  };
   validate_image_options(c.data);
   require(c.data.val_fraction > 0.0 && c.data.val_fraction < 1.0,
           "data.val_fraction must be in (0, 1), got " + std::to_string(c.data.val_fraction));

@@ -76,14 +76,18 @@ struct Setup {
   DeviceBatchOptions batches;
 };
 
+// The loader figure's timed batches: --loader-steps, else --steps.
+int loader_steps(const BenchOptions& o) {
+  return o.loader_steps > 0 ? o.loader_steps : o.steps;
+}
+
 double time_loader(const Setup& s, const Config& config, const BenchOptions& o, Stopwatch& watch) {
   BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config.data, config.seed)), 0,
                      s.loader);
   for (int i = 0; i < o.warmup; ++i) loader.next();
   watch.start();
   int64_t images = 0;
-  const int steps = o.loader_steps > 0 ? o.loader_steps : o.steps;
-  for (int i = 0; i < steps; ++i) images += loader.next()->images.size(0);
+  for (int i = 0; i < loader_steps(o); ++i) images += loader.next()->images.size(0);
   return images / watch.stop();
 }
 
@@ -140,7 +144,7 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   Setup s;
   s.index = load_train_index(config.data, index_options(config.data));
   s.train_rows = bench_rows(config, validation_split(config.data, s.index.groups, config.seed).train,
-                            o.warmup + std::max(o.steps, o.loader_steps) + 1, collectives);
+                            o.warmup + std::max(o.steps, loader_steps(o)) + 1, collectives);
   s.loader = train_loader_options(config, device, /*drop_last=*/true);
   s.loader.cache = open_run_cache(config.data, s.index.image_paths, [&](const std::string& line) {
     if (collectives.is_main()) std::fprintf(stderr, "%s\n", line.c_str());
@@ -175,7 +179,7 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   r.world_size = world;
   r.steps = o.steps;
   r.warmup = o.warmup;
-  r.loader_steps = o.loader_steps > 0 ? o.loader_steps : o.steps;
+  r.loader_steps = loader_steps(o);
   return r;
 }
 
