@@ -106,7 +106,7 @@ struct ImageCacheOptions {
 struct CachedImages {
   std::shared_ptr<const ImageCache> cache;
   std::vector<int64_t> entries;  // per path of the list, its entry in `cache`, or -1 when it has none
-  uint64_t list_hash = 0;        // list_hash(paths) of the list
+  uint64_t list_hash = 0;        // hash_of(paths) of the list
 
   /// find() of each of `paths` (the working folder read once); nullptr for a null cache.
   static std::shared_ptr<const CachedImages> of(std::shared_ptr<const ImageCache> cache,
