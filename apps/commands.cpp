@@ -10,6 +10,7 @@
 #include <torch/version.h>
 #include <opencv2/core/version.hpp>
 
+#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <sstream>
@@ -28,6 +29,9 @@
 #include "engine/jobs/cross_validation.h"
 #include "engine/report/curves.h"
 #include "engine/runtime/precision.h"
+#ifdef RANZCR_WITH_SERVE
+#include "engine/serve/http_server.h"
+#endif
 #include "engine/train/trainer.h"
 #include "models/registry.h"
 
@@ -195,6 +199,71 @@ int run_predict(const EvalArgs& args) {
     return 0;
   };
   return run_job(config, args.argv, body, /*needs_dataset=*/false);
+}
+
+namespace {
+
+#ifdef RANZCR_WITH_SERVE
+// The bearer token of --token-file: its first line, trimmed; an empty one is an error.
+std::string read_token(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read --token-file " + path);
+  std::string token;
+  std::getline(in, token);
+  const auto first = token.find_first_not_of(" \t\r"), last = token.find_last_not_of(" \t\r");
+  if (first == std::string::npos)
+    throw std::runtime_error("--token-file " + path + " is empty (one line: the token)");
+  return token.substr(first, last - first + 1);
+}
+
+ServeOptions serve_options(const ServeArgs& args, const Config& config,
+                           const std::optional<LabelThresholds>& thresholds) {
+  ServeOptions o;
+  o.host = args.host;
+  o.port = args.port;
+  o.batcher.max_batch = args.max_batch;
+  o.batcher.max_wait = std::chrono::microseconds(static_cast<int64_t>(args.max_wait_ms * 1000));
+  o.batcher.max_queue = args.max_queue;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_ms));
+  o.max_body_bytes = static_cast<size_t>(args.max_body_mb) << 20;
+  o.read_timeout_seconds = args.read_timeout_s;
+  o.http_threads = args.http_threads;
+  o.decode_threads = std::max(1, config.data.num_workers);
+  if (!args.token_file.empty()) o.token = read_token(args.token_file);
+  if (thresholds) {
+    o.operating_point = thresholds->point;
+    o.thresholds = thresholds->per_label;
+  }
+  return o;
+}
+#endif
+
+}  // namespace
+
+int run_serve(const ServeArgs& args) {
+#ifndef RANZCR_WITH_SERVE
+  (void)args;
+  throw std::runtime_error(
+      "this ranzcr was built without serve (no cpp-httplib at build time): apt-get install "
+      "libcpp-httplib-dev, then rebuild (scripts/setup.sh)");
+#else
+  const EvalArgs& m = args.models;
+  const std::vector<std::string> paths = model_paths(m);
+  const Config config = eval_config(m, paths);
+  const std::optional<LabelThresholds> thresholds = prediction_thresholds(m, config.data.label_columns);
+  const ServeOptions options = serve_options(args, config, thresholds);
+  auto body = [&](const Config& c, Collectives&, RunLog& log, const torch::Device& device) {
+    configure_device(device);
+    if (thresholds && !thresholds->missing.empty())
+      log.warn(m.thresholds + " has no " + m.at + " threshold for some labels: their decisions are null");
+    auto load = [&] {
+      log.info("serve: loading " + models_text(paths) + " on " + device.str());
+      return std::make_unique<ServedModels>(paths, member_options(m, c, device, paths.size() > 1), device);
+    };
+    return serve_http(load, options, stop_signal(), log);
+  };
+  return run_job(config, m.argv, body, /*needs_dataset=*/false);
+#endif
 }
 
 int run_cv(const CvArgs& args) {

@@ -35,6 +35,20 @@ struct EvalArgs {
   std::vector<std::string> argv;  // the command line after the program name (re-used by workers)
 };
 
+struct ServeArgs {
+  EvalArgs models;  // --checkpoint, --checkpoints-from, --config, --set, --tta, --thresholds, --at
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int max_batch = 8;
+  double max_wait_ms = 5;
+  int max_queue = 64;
+  double timeout_ms = 30000;
+  int max_body_mb = 64;
+  int read_timeout_s = 10;
+  int http_threads = 64;
+  std::string token_file;  // "" = no authentication
+};
+
 struct CvArgs {
   std::string config;
   std::vector<std::string> sets;  // --set key=value
@@ -75,6 +89,8 @@ struct ExportArgs {
 int run_train(const TrainArgs& args);
 int run_evaluate(const EvalArgs& args);
 int run_predict(const EvalArgs& args);
+/// `ranzcr serve`: the models behind HTTP until SIGTERM (engine/serve/http_server.h).
+int run_serve(const ServeArgs& args);
 /// `ranzcr cv`: one job whose every process trains each fold of data.folds in turn (a train run in
 /// output.dir/fold_K, skipped when finished), then writes output.dir/oof.csv and cv.json.
 int run_cv(const CvArgs& args);

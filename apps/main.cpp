@@ -41,6 +41,7 @@ struct Commands {
   ranzcr::PlotArgs plot;
   ranzcr::ExportArgs exp;
   ranzcr::CvArgs cv;
+  ranzcr::ServeArgs serve;
   struct {
     std::vector<std::string> names;
     bool all = false;
@@ -101,6 +102,32 @@ void add_evaluate_predict(CLI::App& app, Commands& c) {
   p->add_option("--cam-labels", c.pred.cam_labels, "Labels of --cam: all, top1 (default) or label names")
       ->expected(1, -1);
   c.add(p, [&c] { return ranzcr::run_predict(c.pred); });
+}
+
+void add_serve(CLI::App& app, Commands& c) {
+  auto* s = app.add_subcommand("serve", "Serve the model(s) over HTTP: JSON API, Grad-CAM, a web page");
+  ranzcr::ServeArgs& a = c.serve;
+  add_model_options(s, a.models);
+  s->remove_option(s->get_option("--nproc-per-node"));
+  s->add_option("--thresholds", a.models.thresholds,
+                "operating_points.csv (from evaluate): a 0/1 decision per label in each answer");
+  s->add_option("--at", a.models.at, "Its operating point: youden, sens90, sens95, spec90 or spec95")
+      ->check(CLI::IsMember({"youden", "sens90", "sens95", "spec90", "spec95"}));
+  s->add_option("--host", a.host, "Address to listen on (default 127.0.0.1: this machine only)");
+  s->add_option("--port", a.port, "Port (0: any free one, named in the log)")->check(CLI::Range(0, 65535));
+  s->add_option("--max-batch", a.max_batch, "Images per model batch, at most")->check(CLI::Range(1, 4096));
+  s->add_option("--max-wait-ms", a.max_wait_ms, "How long a batch waits to fill after its first image")
+      ->check(CLI::Range(0.0, 60000.0));
+  s->add_option("--max-queue", a.max_queue, "Requests waiting for the model, at most (then 503)")
+      ->check(CLI::Range(1, 1000000));
+  s->add_option("--timeout-ms", a.timeout_ms, "Per request, from arrival to answer (then 504)")
+      ->check(CLI::Range(1.0, 3600000.0));
+  s->add_option("--max-body-mb", a.max_body_mb, "Largest upload, MiB (then 413)")->check(CLI::Range(1, 4096));
+  s->add_option("--read-timeout-s", a.read_timeout_s, "Drop a client silent this long mid-request")
+      ->check(CLI::Range(1, 3600));
+  s->add_option("--http-threads", a.http_threads, "Connections served at once")->check(CLI::Range(1, 4096));
+  s->add_option("--token-file", a.token_file, "Require Authorization: Bearer <the file's first line>");
+  c.add(s, [&c] { return ranzcr::run_serve(c.serve); });
 }
 
 void add_cv(CLI::App& app, Commands& c) {
@@ -170,13 +197,14 @@ int main(int argc, char** argv) {
   add_train(app, commands);
   add_evaluate_predict(app, commands);
   add_cv(app, commands);
+  add_serve(app, commands);
   add_synth(app, commands);
   add_bench(app, commands);
   add_tools(app, commands);
   // Workers started by the launcher re-run the same command line.
   const std::vector<std::string> args(argv + 1, argv + argc);
   commands.train.argv = commands.eval.argv = commands.pred.argv = commands.cv.argv = commands.bench.argv =
-      args;
+      commands.serve.models.argv = args;
 
   if (const std::string problem = command_problem(app, argc, argv); !problem.empty()) {
     std::cerr << "error: " << problem << std::endl;

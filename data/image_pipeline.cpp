@@ -63,13 +63,28 @@ uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t index) {
   return splitmix64(splitmix64(splitmix64(seed) ^ epoch) ^ index);
 }
 
+std::string image_format(const std::vector<unsigned char>& bytes, const std::string& name) {
+  if (has_dicom_preamble(bytes.data(), bytes.size()) || (!name.empty() && has_dicom_extension(name)))
+    return "dicom";
+  if (is_jpeg(bytes)) return "jpeg";
+  if (is_png(bytes)) return "png";
+  return "";
+}
+
 cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size,
                          const DicomConfig& dicom) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open image " + path);
   std::vector<uchar> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (buf.empty()) throw std::runtime_error("empty image file " + path);
-  if (has_dicom_preamble(buf.data(), buf.size()) || has_dicom_extension(path)) {
+  return decode_grayscale_bytes(buf, path, target_size, original_size, dicom, /*by_name=*/true);
+}
+
+cv::Mat decode_grayscale_bytes(const std::vector<unsigned char>& buf, const std::string& path,
+                               int target_size, cv::Size* original_size, const DicomConfig& dicom,
+                               bool by_name) {
+  if (buf.empty()) throw std::runtime_error("empty image file " + path);
+  if (image_format(buf, by_name ? path : "") == "dicom") {
     DicomSandboxLimits limits;
     limits.seconds_per_image = dicom.timeout_seconds;
     limits.memory_bytes = int64_t{dicom.memory_limit_mb} << 20;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "data/data_config.h"
 
@@ -23,6 +24,16 @@ namespace ranzcr {
 /// before any reduction.
 cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size = nullptr,
                          const DicomConfig& dicom = {});
+
+/// decode_grayscale of a file's bytes already in memory (`path` names it in messages). A .dcm/.dicom `path`
+/// counts as DICOM only with `by_name`; else the content alone decides (an upload has no trusted name).
+cv::Mat decode_grayscale_bytes(const std::vector<unsigned char>& bytes, const std::string& path,
+                               int target_size, cv::Size* original_size = nullptr,
+                               const DicomConfig& dicom = {}, bool by_name = false);
+
+/// What decode_grayscale reads `bytes` as: "dicom" (the DICM preamble, or a .dcm/.dicom `name` when one is
+/// given), "jpeg", "png", or "" (none of these).
+std::string image_format(const std::vector<unsigned char>& bytes, const std::string& name = "");
 
 /// What every epoch starts from, and what data.cache stores: the image decoded, resized to side x side and
 /// (clahe) contrast-equalised. Bigger than the network input, so the augmentation's zoom never upsamples.

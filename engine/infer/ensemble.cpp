@@ -81,14 +81,13 @@ EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberO
       out.rows = r.rows;
       out.skipped = r.skipped;
       out.logits = r.logits;
-      sum =
-          single ? torch::sigmoid(r.logits).to(torch::kDouble) : torch::sigmoid(r.logits.to(torch::kDouble));
+      sum = member_probabilities(r.logits, single);
     } else {
       if (!torch::equal(r.rows, out.rows))  // e.g. members with other data.dicom.window and skip_bad_images
         RANZCR_FAIL(path, " read other images than ", paths.front(), " (", r.rows.size(0), " vs ",
                     out.rows.size(0), " readable; ", first_difference(index, r.rows, out.rows),
                     "): their data settings differ");
-      sum = sum + torch::sigmoid(r.logits.to(torch::kDouble));
+      sum = sum + member_probabilities(r.logits, single);
     }
     out.models.push_back(trained.info);
     out.options.push_back(options);
@@ -97,6 +96,10 @@ EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberO
   out.probs = (single ? sum : sum / static_cast<double>(n)).contiguous();
   if (n > 1) out.logits = torch::Tensor();
   return out;
+}
+
+torch::Tensor member_probabilities(const torch::Tensor& logits, bool single) {
+  return single ? torch::sigmoid(logits).to(torch::kDouble) : torch::sigmoid(logits.to(torch::kDouble));
 }
 
 double probability_bce(const torch::Tensor& probs, const torch::Tensor& labels) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 
@@ -66,6 +67,14 @@ std::vector<int64_t> cam_label_indices(const CamOptions& options, const std::vec
   return out;
 }
 
+int64_t top_label(const torch::Tensor& probs) {
+  const torch::Tensor p = probs.to(torch::kCPU, torch::kDouble).contiguous();
+  const double* v = p.data_ptr<double>();
+  int64_t best = 0;
+  for (int64_t k = 1; k < p.numel(); ++k) best = v[k] > v[best] ? k : best;
+  return best;
+}
+
 namespace {
 
 // A file name for an image id: letters, digits, '.', '-' and '_' kept, anything else '_'.
@@ -123,6 +132,57 @@ std::string peak_row(const std::string& id, const std::string& label, double pro
   return csv_escape(id) + "," + csv_escape(label) + buf;
 }
 
+// The models' input pictures as 8-bit grey panels: the first channel of `images` ([N, C, S, S] as a model
+// with options `o` takes them) un-normalised.
+std::vector<cv::Mat> grey_panels(const torch::Tensor& images, const InferenceOptions& o, int panel_size) {
+  const torch::Tensor pixels = (images.select(1, 0) * o.input_std.front() + o.input_mean.front()).clamp(0, 1);
+  std::vector<cv::Mat> out;
+  for (int64_t i = 0; i < images.size(0); ++i) {
+    cv::Mat g;
+    to_mat(pixels[i], panel_size).convertTo(g, CV_8U, 255.0);
+    out.push_back(g);
+  }
+  return out;
+}
+
+// One model's maps of `images`, each normalised to [0, 1], added to the batch's (cb.labels chosen first).
+void add_maps(CamBatch& cb, const torch::Tensor& images, Classifier& model, int panel_size) {
+  if (cb.maps.empty()) cb.maps.resize(cb.labels.size());
+  for (size_t i = 0; i < cb.labels.size(); ++i) cb.maps[i].resize(cb.labels[i].size());
+  for (size_t j = 0; j < cb.labels.front().size(); ++j) {
+    std::vector<int64_t> per_image;
+    for (const auto& l : cb.labels) per_image.push_back(l[j]);
+    const torch::Tensor cam = grad_cam(model, images, per_image);
+    for (int64_t i = 0; i < images.size(0); ++i) {
+      cv::Mat map = to_mat(cam[i], panel_size);
+      double hi = 0;
+      cv::minMaxLoc(map, nullptr, &hi);
+      if (hi > 0) map /= hi;
+      cb.maps[i][j] = cb.maps[i][j].empty() ? map : cb.maps[i][j] + map;
+    }
+  }
+}
+
+// Image i's strip (a panel per chosen label, the maps averaged over `num_models`) and its cam_peaks rows.
+std::pair<cv::Mat, std::string> draw_strip(const CamBatch& cb, size_t i, const std::string& id,
+                                           const std::function<double(int64_t)>& probability,
+                                           const std::vector<std::string>& names, size_t num_models) {
+  std::vector<cv::Mat> panels;
+  std::string peaks;
+  for (size_t j = 0; j < cb.labels[i].size(); ++j) {
+    const int64_t k = cb.labels[i][j];
+    const double p = probability(k);
+    char text[32];
+    std::snprintf(text, sizeof text, " p=%.3f", p);
+    const cv::Mat map = cb.maps[i][j] / static_cast<double>(num_models);
+    panels.push_back(render_panel(cb.grey[i], map, names[k] + text));
+    peaks += peak_row(id, names[k], p, map);
+  }
+  cv::Mat strip;
+  cv::hconcat(panels, strip);
+  return {strip, peaks};
+}
+
 // predict --cam over this rank's rows: every model walks the same rows in the same batches (one batch size
 // for all), each batch's maps are summed over the models, then drawn.
 class CamWriter {
@@ -170,7 +230,7 @@ class CamWriter {
       if (m == 0) start(cb, *b, predicted_.options[m]);
       RANZCR_CHECK(torch::equal(b->indices, torch::tensor(cb.rows)),
                    "--cam: the models read different images");
-      add_maps(cb, *b, *models_[m].model);
+      add_maps(cb, b->images, *models_[m].model, options_.panel_size);
     }
     return true;
   }
@@ -178,57 +238,21 @@ class CamWriter {
   // The rows, the input pictures and each image's labels (top1: the prediction's most probable).
   void start(CamBatch& cb, const DeviceBatch& b, const InferenceOptions& o) {
     cb.rows.assign(b.indices.data_ptr<int64_t>(), b.indices.data_ptr<int64_t>() + b.size());
-    const torch::Tensor pixels =
-        (b.images.select(1, 0) * o.input_std.front() + o.input_mean.front()).clamp(0, 1);
-    for (int64_t i = 0; i < b.size(); ++i) {
-      cv::Mat g;
-      to_mat(pixels[i], options_.panel_size).convertTo(g, CV_8U, 255.0);
-      cb.grey.push_back(g);
-      std::vector<int64_t> labels = chosen_;
-      if (labels == std::vector<int64_t>{-1}) {
-        const int64_t p = position_.at(cb.rows[i]);
-        int64_t best = 0;
-        for (int64_t k = 1; k < predicted_.probs.size(1); ++k)
-          best = probs_[p][k] > probs_[p][best] ? k : best;
-        labels = {best};
-      }
-      cb.labels.push_back(labels);
-      cb.maps.emplace_back(labels.size());
-    }
-  }
-
-  // One model's maps, each normalised to [0, 1], added to the batch's.
-  void add_maps(CamBatch& cb, const DeviceBatch& b, Classifier& model) {
-    for (size_t j = 0; j < cb.labels.front().size(); ++j) {
-      std::vector<int64_t> per_image;
-      for (const auto& l : cb.labels) per_image.push_back(l[j]);
-      const torch::Tensor cam = grad_cam(model, b.images, per_image);
-      for (int64_t i = 0; i < b.size(); ++i) {
-        cv::Mat map = to_mat(cam[i], options_.panel_size);
-        double hi = 0;
-        cv::minMaxLoc(map, nullptr, &hi);
-        if (hi > 0) map /= hi;
-        cb.maps[i][j] = cb.maps[i][j].empty() ? map : cb.maps[i][j] + map;
-      }
-    }
+    cb.grey = grey_panels(b.images, o, options_.panel_size);
+    for (int64_t i = 0; i < b.size(); ++i)
+      cb.labels.push_back(chosen_ == std::vector<int64_t>{-1}
+                              ? std::vector<int64_t>{top_label(predicted_.probs[position_.at(cb.rows[i])])}
+                              : chosen_);
   }
 
   // A PNG per image (a panel per label) and its cam_peaks.csv rows.
   void write(const CamBatch& cb) {
     for (size_t i = 0; i < cb.rows.size(); ++i) {
       const std::string& id = index_.ids[cb.rows[i]];
-      std::vector<cv::Mat> panels;
-      for (size_t j = 0; j < cb.labels[i].size(); ++j) {
-        const int64_t k = cb.labels[i][j];
-        const double probability = probs_[position_.at(cb.rows[i])][k];
-        char p[32];
-        std::snprintf(p, sizeof p, " p=%.3f", probability);
-        const cv::Mat map = cb.maps[i][j] / static_cast<double>(models_.size());
-        panels.push_back(render_panel(cb.grey[i], map, names_[k] + p));
-        peaks_ += peak_row(id, names_[k], probability, map);
-      }
-      cv::Mat strip;
-      cv::hconcat(panels, strip);
+      const int64_t p = position_.at(cb.rows[i]);
+      auto [strip, peaks] = draw_strip(
+          cb, i, id, [&](int64_t k) { return probs_[p][k]; }, names_, models_.size());
+      peaks_ += peaks;
       draw::write_png((std::filesystem::path(options_.dir) / (file_stem(id) + ".png")).string(), strip);
       ++written_;
     }
@@ -249,6 +273,26 @@ class CamWriter {
 };
 
 }  // namespace
+
+std::vector<cv::Mat> cam_overlays(const std::vector<Classifier*>& models,
+                                  const std::vector<torch::Tensor>& inputs,
+                                  const InferenceOptions& first_options, const torch::Tensor& probs,
+                                  const std::vector<std::vector<int64_t>>& labels,
+                                  const std::vector<std::string>& names, int panel_size) {
+  RANZCR_CHECK(models.size() == inputs.size() && !models.empty(), "cam_overlays: one input per model");
+  CamBatch cb;
+  cb.grey = grey_panels(inputs.front(), first_options, panel_size);
+  cb.labels = labels;
+  for (size_t m = 0; m < models.size(); ++m) add_maps(cb, inputs[m], *models[m], panel_size);
+  const torch::Tensor p = probs.to(torch::kCPU, torch::kDouble).contiguous();
+  const auto a = p.accessor<double, 2>();
+  std::vector<cv::Mat> out;
+  for (size_t i = 0; i < labels.size(); ++i)
+    out.push_back(draw_strip(
+                      cb, i, "", [&](int64_t k) { return a[i][k]; }, names, models.size())
+                      .first);
+  return out;
+}
 
 int64_t write_cams(const std::vector<std::string>& paths, const EnsembleResult& predicted,
                    const DatasetIndex& index, const CamOptions& options, const torch::Device& device,

@@ -4,6 +4,8 @@
 
 #include <torch/types.h>
 
+#include <opencv2/core.hpp>
+
 #include <string>
 #include <vector>
 
@@ -30,6 +32,19 @@ struct CamOptions {
 /// The label indices `options.labels` names (all, top1 = -1, or names); throws std::runtime_error naming
 /// an unknown label and the valid ones.
 std::vector<int64_t> cam_label_indices(const CamOptions& options, const std::vector<std::string>& names);
+
+/// The most probable label of one image's probabilities [C] (the first of equals): --cam-labels top1.
+int64_t top_label(const torch::Tensor& probs);
+
+/// The overlays `write_cams` draws, for images already in memory (serve's /v1/cam): `inputs[m]` the batch as
+/// models[m] takes it ([N, C, S, S] on its device, DeviceBatch::images), `first_options` the first model's
+/// (to show its input), `probs` [N, C] the ensemble's probabilities, `labels[i]` image i's label indices.
+/// Per image a BGR strip of one panel per label (panel_size + 28 rows).
+std::vector<cv::Mat> cam_overlays(const std::vector<Classifier*>& models,
+                                  const std::vector<torch::Tensor>& inputs,
+                                  const InferenceOptions& first_options, const torch::Tensor& probs,
+                                  const std::vector<std::vector<int64_t>>& labels,
+                                  const std::vector<std::string>& names, int panel_size = 320);
 
 /// Writes this rank's share of the images `predicted` holds: per image a row of panels, one per chosen
 /// label, each the model's input with its Grad-CAM (jet colours, normalised to the image's maximum)

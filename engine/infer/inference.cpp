@@ -39,14 +39,19 @@ std::shared_ptr<const CachedImages> cached_images(const DatasetIndex& index, con
 
 }  // namespace
 
-std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<int64_t> rows,
-                                         const InferenceOptions& options) {
+TransformOptions eval_transform(const InferenceOptions& options) {
   TransformOptions to;
   to.image_size = options.image_size;
   to.prepared_size = options.prepared_size;
   to.train = false;
   to.augment.clahe = options.clahe;
   to.dicom = options.dicom;
+  return to;
+}
+
+std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<int64_t> rows,
+                                         const InferenceOptions& options) {
+  const TransformOptions to = eval_transform(options);
   LoaderOptions lo;
   lo.cache = cached_images(index, to.prepare(), options);
   lo.batch_size = options.batch_size;
@@ -55,6 +60,13 @@ std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<
   lo.skip_bad_images = options.skip_bad_images;
   set_loader_transfer(lo, options.device);
   return std::make_unique<BatchLoader>(index, std::move(rows), ImageTransform(to), /*epoch=*/0, lo);
+}
+
+torch::Tensor eval_logits(Classifier& model, const torch::Tensor& images, const InferenceOptions& options) {
+  Autocast autocast(options.device, options.precision);
+  torch::Tensor out = model.forward(images).to(torch::kFloat32);
+  if (options.tta_hflip) out = 0.5 * (out + model.forward(images.flip({3})).to(torch::kFloat32));
+  return out;
 }
 
 namespace {
@@ -73,11 +85,7 @@ InferenceResult predict_rows(Classifier& model, const DatasetIndex& index, std::
     while (auto batch = batches.next()) {
       skipped += batch->skipped;
       if (batch->size() == 0) continue;
-      const torch::Tensor& x = batch->images;
-      Autocast autocast(options.device, options.precision);
-      torch::Tensor out = model.forward(x).to(torch::kFloat32);
-      if (options.tta_hflip) out = 0.5 * (out + model.forward(x.flip({3})).to(torch::kFloat32));
-      logits.push_back(out);
+      logits.push_back(eval_logits(model, batch->images, options));
       labels.push_back(batch->labels);
       got_rows.push_back(batch->indices);
     }

@@ -51,8 +51,15 @@ struct InferenceResult {
 InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
                               const InferenceOptions& options, Collectives& collectives);
 
+/// The float32 logits of a batch already on the device (DeviceBatch::images), in the caller's grad mode:
+/// the forward under options.precision's autocast, averaged with the mirrored image's under tta_hflip.
+torch::Tensor eval_logits(Classifier& model, const torch::Tensor& images, const InferenceOptions& options);
+
 /// This rank's share of `rows` (in order, unpadded: every row is predicted once over the ranks).
 std::vector<int64_t> rows_of_rank(const std::vector<int64_t>& rows, Collectives& collectives);
+
+/// The evaluation transform under `options` (prepared size, CLAHE, DICOM; resize only, no augmentation).
+TransformOptions eval_transform(const InferenceOptions& options);
 
 /// The evaluation loader over `rows` under `options` (resize only, no augmentation).
 std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<int64_t> rows,

@@ -40,6 +40,10 @@ DeviceBatches::DeviceBatches(BatchLoader& loader, DeviceBatchOptions options)
 DeviceBatches::~DeviceBatches() = default;
 
 DeviceBatch DeviceBatches::upload(Batch batch) const {
+  return upload_batch(std::move(batch), options_);
+}
+
+DeviceBatch upload_batch(Batch batch, const DeviceBatchOptions& options_) {
   DeviceBatch out;
   out.indices = batch.indices;
   out.skipped = batch.skipped;

@@ -41,6 +41,10 @@ struct DeviceBatchOptions {
 torch::Tensor normalize_input(const torch::Tensor& images, const std::vector<double>& mean,
                               const std::vector<double>& std);
 
+/// A loader's batch on `options.device` as DeviceBatches hands it over (8-bit images made float, normalised,
+/// channels repeated, the layout set), copied on the current stream.
+DeviceBatch upload_batch(Batch batch, const DeviceBatchOptions& options);
+
 /// LoaderOptions::uint8_images and pin_memory as `device` wants them (8-bit pinned batches for CUDA).
 void set_loader_transfer(LoaderOptions& options, const torch::Device& device);
 

@@ -1,0 +1,90 @@
+// serve's dynamic batcher (as Triton's): prepared images that arrive together run as one batch on one
+// thread that owns the models. A batch closes when it holds `max_batch` images or when its first image has
+// waited `max_wait`; the queue is bounded (submit refuses when full) and every request has a deadline.
+// Other work on the models (Grad-CAM, one image at a time) runs on the same thread between batches.
+#pragma once
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/serve/served_models.h"
+
+namespace ranzcr {
+
+using ServeClock = std::chrono::steady_clock;
+
+struct BatcherOptions {
+  int max_batch = 8;
+  std::chrono::microseconds max_wait{std::chrono::milliseconds(5)};
+  int max_queue = 64;  // requests waiting (not yet in a running batch), all kinds together
+};
+
+/// What became of one request.
+struct BatchOutcome {
+  enum class Status { kDone, kExpired, kFailed } status = Status::kFailed;
+  torch::Tensor probs;  // kDone: [C] float64
+  int batch_size = 0;   // images in the batch it ran in
+  double queue_seconds = 0, model_seconds = 0;
+  std::string error;  // kFailed: one line
+};
+
+class Batcher {
+ public:
+  /// Runs a batch: [N, C] float64 probabilities of the images, in order.
+  using RunBatch = std::function<torch::Tensor(const std::vector<const PreparedImage*>&)>;
+  /// Called with the size of each batch it runs (metrics).
+  using OnBatch = std::function<void(int)>;
+
+  Batcher(BatcherOptions options, RunBatch run, OnBatch on_batch = {});
+  ~Batcher();  // stop()
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  /// Queues `image` to be predicted before `deadline`; an invalid future when the queue is full (503). A
+  /// request whose deadline passes while queued is not run (kExpired).
+  std::future<BatchOutcome> submit(std::shared_ptr<const PreparedImage> image,
+                                   ServeClock::time_point deadline);
+
+  /// Runs `task` on the batching thread between batches (the models are not thread-safe); an invalid
+  /// future when the queue is full. Its exception, if any, reaches the future.
+  std::future<void> run_exclusive(std::function<void()> task);
+
+  /// Requests waiting now.
+  int queue_length() const;
+
+  /// Runs what is queued, then stops the thread. Later submits are refused.
+  void stop();
+
+ private:
+  struct Pending {
+    std::shared_ptr<const PreparedImage> image;
+    ServeClock::time_point queued, deadline;
+    std::promise<BatchOutcome> done;
+  };
+  void loop();
+  // Waits (lock held) for a batch to close; moves it out of the queue.
+  std::vector<Pending> take_batch(std::unique_lock<std::mutex>& lock);
+  void run_batch(std::vector<Pending> batch);
+
+  const BatcherOptions options_;
+  const RunBatch run_;
+  const OnBatch on_batch_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Pending> queue_;
+  std::deque<std::packaged_task<void()>> tasks_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ranzcr

@@ -1,0 +1,50 @@
+// `ranzcr serve`: trained models behind HTTP (cpp-httplib), with serve's dynamic batcher.
+//   POST /v1/predict   one image file (JPEG, PNG or DICOM by content) -> JSON probabilities (+ decisions)
+//   POST /v1/cam       ?labels=top1|all|NAME -> the Grad-CAM overlay PNG predict --cam draws
+//   POST /v1/input     -> the model's input as a PNG (DICOM windowed as the model saw it), for the page
+//   GET  /healthz      alive;  GET /readyz: models loaded and warmed up;  GET /metrics: Prometheus text
+//   GET  /             the web page (engine/serve/page.html, compiled in)
+// docs/serving.md says what it promises; docs/security.md its limits.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/report/run_log.h"
+#include "engine/serve/batcher.h"
+#include "engine/serve/served_models.h"
+
+namespace ranzcr {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (the log line names it)
+  BatcherOptions batcher;
+  std::chrono::milliseconds timeout{30000};  // per request, from its arrival to its answer (504 after)
+  size_t max_body_bytes = size_t{64} << 20;  // larger bodies: 413 before they are stored
+  int read_timeout_seconds = 10;             // a client silent this long mid-request is dropped
+  int http_threads = 64;                     // connections served at once (keep-alive holds one each)
+  int decode_threads = 2;                    // uploads decoded at once
+  std::string token;                         // non-empty: /v1/* and /metrics need "Bearer TOKEN"
+  std::string operating_point;               // with `thresholds`: its name (sens90, ...)
+  std::vector<double> thresholds;            // per label (NaN: none); empty: probabilities only
+};
+
+/// Loads the models (`load`, after the port is bound so /healthz answers meanwhile), warms them up, serves
+/// until `stop` is non-zero (SIGTERM), then stops accepting, finishes the requests in flight and returns 0.
+/// Throws std::runtime_error (one line) when the address cannot be bound or the models cannot be loaded.
+int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const ServeOptions& options,
+               const std::atomic<int>& stop, RunLog& log);
+
+/// The page GET / serves (engine/serve/page.html).
+const std::string& serve_page();
+
+/// `a` equals `b`, compared in time that depends on their lengths only (bearer tokens).
+bool constant_time_equal(const std::string& a, const std::string& b);
+
+}  // namespace ranzcr

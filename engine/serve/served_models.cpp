@@ -1,0 +1,129 @@
+#include "engine/serve/served_models.h"
+
+#include <torch/torch.h>
+
+#include <opencv2/imgcodecs.hpp>
+
+#include "data/batch_loader.h"
+#include "data/image_pipeline.h"
+#include "engine/config/check.h"
+#include "engine/infer/grad_cam.h"
+#include "engine/runtime/device_batches.h"
+#include "engine/runtime/precision.h"
+
+namespace ranzcr {
+namespace {
+
+constexpr const char* kUploadName = "(the upload)";
+
+// Model m's transform equals model j's: the same file gives the same input.
+bool same_recipe(const TransformOptions& a, const TransformOptions& b) {
+  const PrepareOptions pa = a.prepare(), pb = b.prepare();
+  return a.image_size == b.image_size && pa.side == pb.side && pa.clahe == pb.clahe &&
+         pa.dicom.window == pb.dicom.window && pa.dicom.timeout_seconds == pb.dicom.timeout_seconds &&
+         pa.dicom.memory_limit_mb == pb.dicom.memory_limit_mb;
+}
+
+std::vector<unsigned char> png_bytes(const cv::Mat& image) {
+  std::vector<unsigned char> out;
+  RANZCR_CHECK(cv::imencode(".png", image, out), "cannot encode a PNG");
+  return out;
+}
+
+}  // namespace
+
+ServedModels::ServedModels(const std::vector<std::string>& paths, const MemberOptions& options_for,
+                           const torch::Device& device)
+    : paths_(paths), device_(device) {
+  RANZCR_CHECK(!paths.empty(), "no model given");
+  for (const auto& path : paths) {
+    TrainedModel trained = load_trained_model(path, device);
+    if (!infos_.empty() && trained.info.label_names != infos_.front().label_names)
+      RANZCR_FAIL(path, " predicts other labels than ", paths.front());
+    options_.push_back(options_for(trained.info));
+    set_memory_format(*trained.model, options_.back().channels_last);
+    trained.model->eval();
+    infos_.push_back(trained.info);
+    models_.push_back(trained.model);
+  }
+}
+
+PreparedImage ServedModels::prepare(const std::vector<unsigned char>& bytes) const {
+  PreparedImage out;
+  out.format = image_format(bytes);
+  if (out.format.empty())
+    RANZCR_FAIL("the uploaded file is not a JPEG, PNG or DICOM file (", bytes.size(), " bytes)");
+  std::vector<TransformOptions> recipes;
+  for (size_t m = 0; m < options_.size(); ++m) {
+    recipes.push_back(eval_transform(options_[m]));
+    size_t same = 0;
+    while (same < m && !same_recipe(recipes[same], recipes[m])) ++same;
+    if (same < m) {
+      out.inputs.push_back(out.inputs[same]);
+      continue;
+    }
+    const PrepareOptions prepare = recipes[m].prepare();
+    cv::Size size;
+    const cv::Mat gray = decode_grayscale_bytes(bytes, kUploadName, prepare.side, &size, prepare.dicom);
+    out.width = size.width;
+    out.height = size.height;
+    const cv::Mat f = to_float(ImageTransform(recipes[m]).transform_u8(prepare_decoded(gray, prepare), 0, 0));
+    out.inputs.push_back(torch::from_blob(f.data, {1, f.rows, f.cols}, torch::kFloat32).clone());
+  }
+  return out;
+}
+
+torch::Tensor ServedModels::device_input(size_t m, const std::vector<const PreparedImage*>& images) const {
+  std::vector<torch::Tensor> pixels;
+  for (const PreparedImage* image : images) pixels.push_back(image->inputs[m]);
+  Batch batch;
+  batch.images = torch::stack(pixels);  // [N, 1, S, S] float, as the loader's float batches
+  batch.labels = torch::zeros({batch.images.size(0), 0});
+  DeviceBatchOptions o = device_batch_options(options_[m]);
+  return upload_batch(std::move(batch), o).images;
+}
+
+torch::Tensor ServedModels::predict(const std::vector<const PreparedImage*>& images) {
+  RANZCR_CHECK(!images.empty(), "predict: no image");
+  torch::NoGradGuard no_grad;
+  const bool single = models_.size() == 1;
+  torch::Tensor sum;
+  for (size_t m = 0; m < models_.size(); ++m) {
+    const torch::Tensor logits =
+        eval_logits(*models_[m], device_input(m, images), options_[m]).to(torch::kCPU);
+    const torch::Tensor p = member_probabilities(logits, single);
+    sum = m == 0 ? p : sum + p;
+  }
+  return (single ? sum : sum / static_cast<double>(models_.size())).contiguous();
+}
+
+std::vector<unsigned char> ServedModels::input_png(const PreparedImage& image) const {
+  const torch::Tensor f = image.inputs.front()[0].contiguous();
+  const cv::Mat m(static_cast<int>(f.size(0)), static_cast<int>(f.size(1)), CV_32F, f.data_ptr<float>());
+  cv::Mat u8;
+  m.convertTo(u8, CV_8U, 255.0);
+  return png_bytes(u8);
+}
+
+std::vector<unsigned char> ServedModels::cam_png(const PreparedImage& image,
+                                                 const std::vector<std::string>& labels) {
+  const std::vector<const PreparedImage*> one{&image};
+  const torch::Tensor probs = predict(one);
+  std::vector<int64_t> chosen = cam_label_indices(CamOptions{"", labels}, label_names());
+  if (chosen == std::vector<int64_t>{-1}) chosen = {top_label(probs[0])};
+  std::vector<Classifier*> models;
+  std::vector<torch::Tensor> inputs;
+  for (size_t m = 0; m < models_.size(); ++m) {
+    models.push_back(models_[m].get());
+    inputs.push_back(device_input(m, one));
+  }
+  return png_bytes(cam_overlays(models, inputs, options_.front(), probs, {chosen}, label_names()).front());
+}
+
+void ServedModels::warm_up() {
+  PreparedImage blank;
+  for (const auto& o : options_) blank.inputs.push_back(torch::zeros({1, o.image_size, o.image_size}));
+  predict({&blank});
+}
+
+}  // namespace ranzcr

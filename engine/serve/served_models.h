@@ -1,0 +1,66 @@
+// The models `ranzcr serve` keeps in memory, and what it does with one uploaded file: decode and prepare it
+// as predict's loader does, run batches of such images, draw the input and the Grad-CAM overlays.
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/infer/ensemble.h"
+#include "engine/infer/inference.h"
+#include "engine/io/trained_model.h"
+
+namespace ranzcr {
+
+/// One upload, decoded and prepared for every model: what predict's loader hands the model for that file.
+struct PreparedImage {
+  std::string format;                 // "jpeg", "png" or "dicom"
+  int width = 0, height = 0;          // the file's own size
+  std::vector<torch::Tensor> inputs;  // per model: [1, S, S] float32 in [0, 1] on the CPU (S its image_size)
+};
+
+class ServedModels {
+ public:
+  /// Loads every one of `paths` on `device` (all stay in memory), each with `options_for` its info
+  /// (predict's member options). Throws std::runtime_error (one line) as predict does: a missing or bad
+  /// file, models predicting other labels.
+  ServedModels(const std::vector<std::string>& paths, const MemberOptions& options_for,
+               const torch::Device& device);
+
+  /// Decodes `bytes` (JPEG, PNG or DICOM by content; DICOM in the sandboxed helper) and prepares it for
+  /// each model. Throws std::runtime_error with one line for anything that is not such an image, or is
+  /// corrupt, too large or refused by the DICOM helper. Thread-safe.
+  PreparedImage prepare(const std::vector<unsigned char>& bytes) const;
+
+  /// The probabilities [N, C] float64 of `images`, one batch per model (predict's numbers for each file:
+  /// the same transform, normalisation, precision, TTA and ensemble mean). Not thread-safe: one caller.
+  torch::Tensor predict(const std::vector<const PreparedImage*>& images);
+
+  /// The first model's input as an 8-bit grey PNG (image_size square): the picture the model saw.
+  std::vector<unsigned char> input_png(const PreparedImage& image) const;
+
+  /// The Grad-CAM overlay PNG predict --cam draws for this image: `labels` is {"top1"}, {"all"} or label
+  /// names (std::runtime_error naming an unknown one). Not thread-safe: one caller, as predict.
+  std::vector<unsigned char> cam_png(const PreparedImage& image, const std::vector<std::string>& labels);
+
+  /// One forward of a blank image per model (first-call allocations, cuDNN autotuning) before /readyz.
+  void warm_up();
+
+  const std::vector<std::string>& label_names() const { return infos_.front().label_names; }
+  const std::vector<TrainedModelInfo>& infos() const { return infos_; }
+  const std::vector<InferenceOptions>& options() const { return options_; }
+  const std::vector<std::string>& paths() const { return paths_; }
+
+ private:
+  // The batch of `images` as model m takes it (DeviceBatch::images).
+  torch::Tensor device_input(size_t m, const std::vector<const PreparedImage*>& images) const;
+
+  std::vector<std::string> paths_;
+  std::vector<TrainedModelInfo> infos_;
+  std::vector<std::shared_ptr<Classifier>> models_;
+  std::vector<InferenceOptions> options_;
+  torch::Device device_;
+};
+
+}  // namespace ranzcr
