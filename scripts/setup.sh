@@ -11,6 +11,7 @@
 #   RANZCR_OFFLINE=1 ...                              # never apt-get or pip: stop with an error instead
 #   TENSORBOARD_PIP_SPEC=tensorboard==2.21.0 ...      # the tensorboard for the event-file test (into .venv)
 #   TIMM_PIP_SPEC=timm==1.0.31 ...                    # the timm for the logits parity test (into .venv, --no-deps)
+#   SELENIUM_PIP_SPEC=selenium==4.51.0 ...            # the Selenium for serve's browser test (into .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -52,10 +53,18 @@ if [ -n "${RANZCR_BUNDLE:-}" ]; then
     say "no libcurl or OpenSSL headers here: building without Hub downloads (the Hugging Face cache is read only)"
     RANZCR_CMAKE_ARGS="${RANZCR_CMAKE_ARGS:-} -DRANZCR_WITH_CURL=OFF"
   fi
+  # `serve` needs cpp-httplib (Debian's libcpp-httplib-dev, a compiled library, not in the bundle): without it
+  # the binary is built without serve, and `ranzcr serve` says so.
+  if ! echo '#include <httplib.h>' | c++ -E -x c++ - >/dev/null 2>&1; then
+    say "no cpp-httplib here: building without serve (ranzcr serve will say so)"
+    RANZCR_CMAKE_ARGS="${RANZCR_CMAKE_ARGS:-} -DRANZCR_WITH_SERVE=OFF"
+  fi
 else
   # libdcmtk-dev, libopenjp2-7-dev: DICOM (Debian's security updates patch them); libseccomp-dev: the DICOM
-  # decoder helper's filter; iproute2: the two-host tests' network namespaces; ccache: step 3.
-  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libdcmtk-dev libopenjp2-7-dev libseccomp-dev iproute2 ccache"
+  # decoder helper's filter; iproute2: the two-host tests' network namespaces; ccache: step 3;
+  # libcpp-httplib-dev: serve's HTTP server; chromium + chromium-driver: the page's browser test (with Selenium
+  # in .venv, step 2b); wrk: serve's load test (scripts/bench/serve_compare.sh).
+  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libdcmtk-dev libopenjp2-7-dev libseccomp-dev iproute2 ccache libcpp-httplib-dev chromium chromium-driver wrk"
   missing=""
   for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   [ -z "$missing" ] || apt_install $missing
@@ -104,6 +113,16 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
     say "no timm in .venv (RANZCR_OFFLINE=1 forbids pip): the timm parity test will be skipped"
   elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${TIMM_PIP_SPEC:-timm==1.0.31}" > "$ROOT/.venv/pip-timm.log" 2>&1; then
     reference_missing "pip install timm failed (.venv/pip-timm.log)" "the timm parity test will be skipped"
+  fi
+fi
+
+# Selenium, for the test that drives serve's web page in Chromium (tests/apps/serve_page_check.py; skipped
+# without it or without Debian's chromium and chromium-driver). Pure Python, no torch.
+if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import selenium' >/dev/null 2>&1; then
+  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
+    say "no selenium in .venv (RANZCR_OFFLINE=1 forbids pip): the serve page's browser test will be skipped"
+  elif ! "$ROOT/.venv/bin/pip" install -q "${SELENIUM_PIP_SPEC:-selenium==4.51.0}" > "$ROOT/.venv/pip-selenium.log" 2>&1; then
+    reference_missing "pip install selenium failed (.venv/pip-selenium.log)" "the serve page's browser test will be skipped"
   fi
 fi
 

@@ -40,6 +40,16 @@ std::future<void> Batcher::run_exclusive(std::function<void()> task) {
   return out;
 }
 
+Batcher::Incoming::Incoming(Batcher& b) : batcher_(b) {
+  std::lock_guard<std::mutex> lock(b.mutex_);
+  ++b.incoming_;
+}
+
+Batcher::Incoming::~Incoming() {
+  std::lock_guard<std::mutex> lock(batcher_.mutex_);
+  if (--batcher_.incoming_ == 0) batcher_.wake_.notify_all();
+}
+
 int Batcher::queue_length() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int>(queue_.size() + tasks_.size());
@@ -57,7 +67,8 @@ void Batcher::stop() {
 std::vector<Batcher::Pending> Batcher::take_batch(std::unique_lock<std::mutex>& lock) {
   const auto close_at = queue_.front().queued + options_.max_wait;
   wake_.wait_until(lock, close_at, [&] {
-    return stopping_ || static_cast<int>(queue_.size()) >= options_.max_batch || !tasks_.empty();
+    return stopping_ || static_cast<int>(queue_.size()) >= options_.max_batch || !tasks_.empty() ||
+           incoming_ == 0;
   });
   std::vector<Pending> batch;
   while (!queue_.empty() && static_cast<int>(batch.size()) < options_.max_batch) {

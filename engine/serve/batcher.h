@@ -59,6 +59,19 @@ class Batcher {
   /// future when the queue is full. Its exception, if any, reaches the future.
   std::future<void> run_exclusive(std::function<void()> task);
 
+  /// An upload on its way to submit (being read or decoded): while any is, an open batch waits for it (up to
+  /// max_wait); when none is, the batch runs at once, so a lone request never waits for company.
+  class Incoming {
+   public:
+    explicit Incoming(Batcher& b);
+    ~Incoming();
+    Incoming(const Incoming&) = delete;
+    Incoming& operator=(const Incoming&) = delete;
+
+   private:
+    Batcher& batcher_;
+  };
+
   /// Requests waiting now.
   int queue_length() const;
 
@@ -83,6 +96,7 @@ class Batcher {
   std::condition_variable wake_;
   std::deque<Pending> queue_;
   std::deque<std::packaged_task<void()>> tasks_;
+  int incoming_ = 0;  // Incoming objects alive
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -2,13 +2,17 @@
 
 #include <httplib.h>
 #include <torch/torch.h>
+
 #include <nlohmann/json.hpp>
+#include <opencv2/core/utility.hpp>
 
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+
+#include <sys/socket.h>
 
 #include "data/dicom_sandbox.h"
 #include "engine/serve/serve_metrics.h"
@@ -124,19 +128,28 @@ class Service {
     }
   }
 
-  json predict(const std::string& body, ServeClock::time_point arrival, ServeClock::time_point deadline) {
-    const std::shared_ptr<const PreparedImage> image = prepare(body, deadline);
-    const double decode_seconds = seconds_since(arrival);
-    std::future<BatchOutcome> done = batcher_->submit(image, deadline);
+  // `read_body` reads the upload: an open batch waits for it from here (up to --max-wait-ms) until it is
+  // submitted.
+  json predict(const std::function<std::string()>& read_body, ServeClock::time_point arrival,
+               ServeClock::time_point deadline) {
+    std::future<BatchOutcome> done;
+    std::shared_ptr<const PreparedImage> image;
+    double decode_seconds = 0;
+    {
+      Batcher::Incoming incoming(*batcher_);
+      image = prepare(read_body(), deadline);
+      decode_seconds = seconds_since(arrival);
+      done = batcher_->submit(image, deadline);
+    }
     if (!done.valid())
       throw HttpError(503, "queue_full",
                       "the queue is full (" + std::to_string(options_.batcher.max_queue) +
                           " requests waiting); retry shortly");
     if (done.wait_until(deadline) != std::future_status::ready)
-      throw HttpError(504, "deadline", "no answer within the request timeout");
+      throw HttpError(504, "deadline", "timed out: no answer within --timeout-ms");
     const BatchOutcome o = done.get();
     if (o.status == BatchOutcome::Status::kExpired)
-      throw HttpError(504, "deadline", "the request timed out in the queue");
+      throw HttpError(504, "deadline", "timed out in the queue (--timeout-ms)");
     if (o.status == BatchOutcome::Status::kFailed) throw std::runtime_error("the model failed: " + o.error);
     json out = answer(*image, o.probs);
     out["batch_size"] = o.batch_size;
@@ -156,7 +169,7 @@ class Service {
         batcher_->run_exclusive([models, image, labels, png] { *png = models->cam_png(*image, labels); });
     if (!done.valid()) throw HttpError(503, "queue_full", "the queue is full; retry shortly");
     if (done.wait_until(deadline) != std::future_status::ready)
-      throw HttpError(504, "deadline", "no answer within the request timeout");
+      throw HttpError(504, "deadline", "timed out: no answer within --timeout-ms");
     try {
       done.get();
     } catch (const std::exception& e) {
@@ -229,7 +242,8 @@ std::string read_body(const httplib::ContentReader& reader, const httplib::Respo
     throw HttpError(413, "too_large",
                     "the body is larger than --max-body-mb (" + std::to_string(max_bytes >> 20) + " MiB)");
   if (!read)
-    throw HttpError(400, "bad_body", "the body could not be read (cut off, or a malformed encoding)");
+    throw HttpError(400, "bad_body",
+                    "the body could not be read: cut off, silent for --read-timeout-s, or malformed");
   return body;
 }
 
@@ -239,7 +253,8 @@ void add_routes(httplib::Server& server, Service& service, size_t max_body) {
   using Reader = httplib::ContentReader;
   server.Post("/v1/predict", [&, max_body](const Request& req, Response& res, const Reader& reader) {
     service.handle("/v1/predict", req, res, [&](auto arrival, auto deadline) {
-      reply_json(res, 200, service.predict(read_body(reader, res, max_body), arrival, deadline));
+      const auto body = [&] { return read_body(reader, res, max_body); };
+      reply_json(res, 200, service.predict(body, arrival, deadline));
     });
   });
   server.Post("/v1/cam", [&, max_body](const Request& req, Response& res, const Reader& reader) {
@@ -297,7 +312,7 @@ void add_guards(httplib::Server& server, Service& service, const ServeOptions& o
   }));
 }
 
-void configure(httplib::Server& server, const ServeOptions& options) {
+void configure(httplib::Server& server, const ServeOptions& options, std::atomic<int>& listen_fd) {
   const int threads = options.http_threads;
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server.set_payload_max_length(options.max_body_bytes);
@@ -306,6 +321,13 @@ void configure(httplib::Server& server, const ServeOptions& options) {
   server.set_keep_alive_timeout(5);
   server.set_keep_alive_max_count(1000);
   server.set_tcp_nodelay(true);
+  // SO_REUSEADDR (a restart binds while old connections linger) but not httplib's default SO_REUSEPORT, which
+  // would let a second server share a port in use instead of failing.
+  server.set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
 }
 
 }  // namespace
@@ -322,9 +344,13 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const ServeOptions& options,
                const std::atomic<int>& stop, RunLog& log) {
+  // Uploads are decoded in parallel on decode_threads connection threads: OpenCV's own parallel loops inside
+  // each would start more threads than there are cores, beside the model's (what made the latency spiky).
+  cv::setNumThreads(0);
   httplib::Server server;
   Service service(options, log);
-  configure(server, options);
+  std::atomic<int> listen_fd{-1};
+  configure(server, options, listen_fd);
   add_guards(server, service, options);
   add_routes(server, service, options.max_body_bytes);
   int port = options.port;
@@ -337,6 +363,9 @@ int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const
   if (port <= 0)
     throw std::runtime_error("cannot listen on " + options.host + ":" + std::to_string(options.port) +
                              " (port in use, or not an address of this host)");
+  // httplib listens with a backlog of 5: 32 clients connecting at once overflow it (the kernel drops their
+  // handshakes and they see resets). Listening again on the bound socket raises the backlog.
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   std::thread listener([&] { server.listen_after_bind(); });
   // Stop on SIGTERM/SIGINT (also while the models load): no new connections, requests in flight finish.
   std::atomic<bool> done{false};

@@ -85,7 +85,7 @@ torch::Tensor ServedModels::device_input(size_t m, const std::vector<const Prepa
 
 torch::Tensor ServedModels::predict(const std::vector<const PreparedImage*>& images) {
   RANZCR_CHECK(!images.empty(), "predict: no image");
-  torch::NoGradGuard no_grad;
+  c10::InferenceMode inference;  // no autograd bookkeeping at all (NoGradGuard still counts versions)
   const bool single = models_.size() == 1;
   torch::Tensor sum;
   for (size_t m = 0; m < models_.size(); ++m) {
