@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "data/csv.h"
+#include "data/synth.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
 
@@ -31,17 +32,7 @@ namespace {
 using nlohmann::json;
 using test::run_command;
 
-const std::vector<std::string> kLabels = {"ETT - Abnormal",
-                                          "ETT - Borderline",
-                                          "ETT - Normal",
-                                          "NGT - Abnormal",
-                                          "NGT - Borderline",
-                                          "NGT - Incompletely Imaged",
-                                          "NGT - Normal",
-                                          "CVC - Abnormal",
-                                          "CVC - Borderline",
-                                          "CVC - Normal",
-                                          "Swan Ganz Catheter Present"};
+const std::vector<std::string>& kLabels = ranzcr_label_names();  // what synth writes
 
 // A running `ranzcr serve`: started with `args` on a free port, stopped (SIGTERM) with the object.
 class Server {
