@@ -115,10 +115,11 @@ void Batcher::run_batch(std::vector<Pending> batch) {
   std::vector<const PreparedImage*> images;
   for (Pending* p : live) images.push_back(p->image.get());
   if (on_batch_) on_batch_(static_cast<int>(images.size()));
+  size_t answered = 0;
   try {
     const torch::Tensor probs = run_(images);
     const double model_seconds = seconds_between(start, ServeClock::now());
-    for (size_t i = 0; i < live.size(); ++i) {
+    for (size_t i = 0; i < live.size(); ++i, answered = i) {
       BatchOutcome o;
       o.status = BatchOutcome::Status::kDone;
       o.probs = probs[static_cast<int64_t>(i)].clone();
@@ -128,11 +129,11 @@ void Batcher::run_batch(std::vector<Pending> batch) {
       live[i]->done.set_value(std::move(o));
     }
   } catch (const std::exception& e) {
-    for (Pending* p : live) {
+    for (size_t i = answered; i < live.size(); ++i) {  // those not answered yet
       BatchOutcome o;
       o.error = e.what();
       o.batch_size = static_cast<int>(live.size());
-      p->done.set_value(o);
+      live[i]->done.set_value(o);
     }
   }
 }

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "data/dicom_sandbox.h"
+#include "engine/infer/grad_cam.h"
 #include "engine/serve/serve_metrics.h"
 
 namespace ranzcr {
@@ -66,37 +67,86 @@ void reply_png(httplib::Response& res, const std::vector<unsigned char>& png) {
   res.set_content(std::string(png.begin(), png.end()), "image/png");
 }
 
+// The body of an upload, read through httplib's content reader: whatever its Content-Type says (curl's
+// --data-binary claims a form, which httplib's own reading caps at 8 KiB), up to --max-body-mb (httplib
+// answers 413 from Content-Length before reading; chunked bodies stop at the limit).
+std::string read_body(const httplib::ContentReader& reader, const httplib::Response& res, size_t max_bytes) {
+  std::string body;
+  bool too_large = false;
+  const bool read = reader([&](const char* data, size_t size) {
+    too_large = body.size() + size > max_bytes;
+    if (!too_large) body.append(data, size);
+    return !too_large;
+  });
+  if (too_large || res.status == 413)
+    throw HttpError(413, "too_large",
+                    "the body is larger than --max-body-mb (" + std::to_string(max_bytes >> 20) + " MiB)");
+  if (!read)
+    throw HttpError(400, "bad_body",
+                    "the body could not be read: cut off, silent for --read-timeout-s, or malformed");
+  return body;
+}
+
+// Reads a body to its end (at most `max_bytes`) without keeping it: before a refusal, so that the
+// connection's next request is read from its start.
+void skip_body(const httplib::ContentReader& reader, size_t max_bytes) {
+  size_t seen = 0;
+  reader([&](const char*, size_t size) { return (seen += size) <= max_bytes; });
+}
+
 // The service behind the endpoints: the models (once loaded), the batcher, the metrics.
 class Service {
  public:
   Service(const ServeOptions& options, RunLog& log)
       : options_(options), log_(log), decode_(options.decode_threads) {}
 
+  // The models, warmed up on the batching thread (its CUDA handles, a batch of one and a full batch) before
+  // /readyz says ready.
   void set_models(std::unique_ptr<ServedModels> models) {
     models_ = std::move(models);
     batcher_ = std::make_unique<Batcher>(
         options_.batcher,
         [this](const std::vector<const PreparedImage*>& images) { return models_->predict(images); },
         [this](int n) { metrics_.batch(n); });
+    ServedModels* m = models_.get();
+    const int full = options_.batcher.max_batch;
+    batcher_->run_exclusive([m, full] { m->warm_up({1, full}); }).get();
     ready_ = true;
   }
   bool ready() const { return ready_; }
   void stop_batcher() {
     if (batcher_) batcher_->stop();
   }
-  std::string metrics_text() const { return metrics_.text(batcher_ ? batcher_->queue_length() : 0); }
+  std::string metrics_text() const { return metrics_.text(ready_ ? batcher_->queue_length() : 0); }
   ServeMetrics& metrics() { return metrics_; }
 
-  // The handlers' common frame: readiness, the timing, errors as one-line JSON, the request metrics.
-  void handle(const std::string& endpoint, httplib::Response& res,
-              const std::function<void(ServeClock::time_point, ServeClock::time_point)>& body) {
+  using ReadBody = std::function<std::string()>;
+  using Body = std::function<void(const ReadBody&, ServeClock::time_point, ServeClock::time_point)>;
+
+  // The upload endpoints' common frame: the bearer token and readiness (refused after reading the body
+  // to its end, so that the connection's next request starts where it should), the timing, errors as
+  // one-line JSON, the request metrics.
+  void handle(const std::string& endpoint, const httplib::Request& req, httplib::Response& res,
+              const httplib::ContentReader& reader, const Body& body) {
     const auto arrival = ServeClock::now();
+    const ReadBody read = [&] { return read_body(reader, res, options_.max_body_bytes); };
     try {
-      if (!ready_) throw HttpError(503, "not_ready", "the models are still loading; retry shortly");
-      body(arrival, arrival + options_.timeout);
+      if (!options_.token.empty() &&
+          !constant_time_equal(req.get_header_value("Authorization"), "Bearer " + options_.token)) {
+        skip_body(reader, options_.max_body_bytes);
+        throw HttpError(401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer TOKEN)");
+      }
+      if (!ready_) {
+        skip_body(reader, options_.max_body_bytes);
+        throw HttpError(503, "not_ready", "the models are still loading; retry shortly");
+      }
+      body(read, arrival, arrival + options_.timeout);
     } catch (const HttpError& e) {
       metrics_.error(e.kind);
       if (e.status == 503) res.set_header("Retry-After", "1");
+      if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+      if (e.status == 413 || e.kind == "bad_body")
+        res.set_header("Connection", "close");  // the rest is unread
       reply_json(res, e.status, json{{"error", e.what()}});
     } catch (const std::exception& e) {
       metrics_.error("internal");
@@ -114,6 +164,7 @@ class Service {
       Slots& s;
       ~Release() { s.release(); }
     } release{decode_};
+    if (ServeClock::now() >= deadline) throw HttpError(504, "deadline", "timed out waiting to decode");
     const std::vector<unsigned char> bytes(body.begin(), body.end());
     try {
       auto image = std::make_shared<PreparedImage>(models_->prepare(bytes));
@@ -129,8 +180,7 @@ class Service {
 
   // `read_body` reads the upload: an open batch waits for it from here (up to --max-wait-ms) until it is
   // submitted.
-  json predict(const std::function<std::string()>& read_body, ServeClock::time_point arrival,
-               ServeClock::time_point deadline) {
+  json predict(const ReadBody& read_body, ServeClock::time_point arrival, ServeClock::time_point deadline) {
     std::future<BatchOutcome> done;
     std::shared_ptr<const PreparedImage> image;
     double decode_seconds = 0;
@@ -161,19 +211,21 @@ class Service {
 
   std::vector<unsigned char> cam(const std::string& body, const std::vector<std::string>& labels,
                                  ServeClock::time_point deadline) {
+    try {
+      cam_label_indices(CamOptions{"", labels}, models_->label_names());
+    } catch (const std::exception& e) {
+      throw HttpError(400, "bad_labels", e.what());  // an unknown label name
+    }
     const std::shared_ptr<const PreparedImage> image = prepare(body, deadline);
     auto png = std::make_shared<std::vector<unsigned char>>();
     ServedModels* models = models_.get();
-    std::future<void> done =
-        batcher_->run_exclusive([models, image, labels, png] { *png = models->cam_png(*image, labels); });
+    std::future<void> done = batcher_->run_exclusive([models, image, labels, png, deadline] {
+      if (ServeClock::now() < deadline) *png = models->cam_png(*image, labels);  // else its 504 is sent
+    });
     if (!done.valid()) throw HttpError(503, "queue_full", "the queue is full; retry shortly");
     if (done.wait_until(deadline) != std::future_status::ready)
       throw HttpError(504, "deadline", "timed out: no answer within --timeout-ms");
-    try {
-      done.get();
-    } catch (const std::exception& e) {
-      throw HttpError(400, "bad_labels", e.what());  // cam_label_indices: an unknown label name
-    }
+    done.get();  // a failure of the model: 500
     return *png;
   }
 
@@ -226,45 +278,23 @@ std::vector<std::string> cam_labels(const httplib::Request& req) {
   return out.empty() ? std::vector<std::string>{"top1"} : out;
 }
 
-// The body of an upload, read through httplib's content reader: whatever its Content-Type says (curl's
-// --data-binary claims a form, which httplib's own reading caps at 8 KiB), up to --max-body-mb (httplib
-// answers 413 from Content-Length before reading; chunked bodies stop at the limit).
-std::string read_body(const httplib::ContentReader& reader, const httplib::Response& res, size_t max_bytes) {
-  std::string body;
-  bool too_large = false;
-  const bool read = reader([&](const char* data, size_t size) {
-    too_large = body.size() + size > max_bytes;
-    if (!too_large) body.append(data, size);
-    return !too_large;
-  });
-  if (too_large || res.status == 413)
-    throw HttpError(413, "too_large",
-                    "the body is larger than --max-body-mb (" + std::to_string(max_bytes >> 20) + " MiB)");
-  if (!read)
-    throw HttpError(400, "bad_body",
-                    "the body could not be read: cut off, silent for --read-timeout-s, or malformed");
-  return body;
-}
-
-void add_routes(httplib::Server& server, Service& service, size_t max_body) {
+void add_routes(httplib::Server& server, Service& service) {
   using Request = httplib::Request;
   using Response = httplib::Response;
   using Reader = httplib::ContentReader;
-  server.Post("/v1/predict", [&, max_body](const Request& req, Response& res, const Reader& reader) {
-    service.handle("/v1/predict", res, [&](auto arrival, auto deadline) {
-      const auto body = [&] { return read_body(reader, res, max_body); };
-      reply_json(res, 200, service.predict(body, arrival, deadline));
+  server.Post("/v1/predict", [&](const Request& req, Response& res, const Reader& reader) {
+    service.handle("/v1/predict", req, res, reader, [&](auto read, auto arrival, auto deadline) {
+      reply_json(res, 200, service.predict(read, arrival, deadline));
     });
   });
-  server.Post("/v1/cam", [&, max_body](const Request& req, Response& res, const Reader& reader) {
-    service.handle("/v1/cam", res, [&](auto, auto deadline) {
-      reply_png(res, service.cam(read_body(reader, res, max_body), cam_labels(req), deadline));
+  server.Post("/v1/cam", [&](const Request& req, Response& res, const Reader& reader) {
+    service.handle("/v1/cam", req, res, reader, [&](auto read, auto, auto deadline) {
+      reply_png(res, service.cam(read(), cam_labels(req), deadline));
     });
   });
-  server.Post("/v1/input", [&, max_body](const Request& req, Response& res, const Reader& reader) {
-    service.handle("/v1/input", res, [&](auto, auto deadline) {
-      reply_png(res, service.input(read_body(reader, res, max_body), deadline));
-    });
+  server.Post("/v1/input", [&](const Request& req, Response& res, const Reader& reader) {
+    service.handle("/v1/input", req, res, reader,
+                   [&](auto read, auto, auto deadline) { reply_png(res, service.input(read(), deadline)); });
   });
   server.Get("/healthz",
              [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
@@ -288,18 +318,18 @@ std::string known_endpoint(const std::string& path) {
   return "other";
 }
 
-// Bearer tokens on /v1/* and /metrics (checked before the body is read); JSON bodies for httplib's own
-// errors (413 over --max-body-mb, 400 malformed, 404).
+// The bearer token on /metrics; JSON bodies for httplib's own errors (413 over --max-body-mb, 400
+// malformed, 404).
 void add_guards(httplib::Server& server, Service& service, const ServeOptions& options) {
   server.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path == "/metrics";
-    if (options.token.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
+    // The upload endpoints check the token themselves, after reading the body (Service::handle).
+    if (options.token.empty() || req.path != "/metrics") return httplib::Server::HandlerResponse::Unhandled;
     if (constant_time_equal(req.get_header_value("Authorization"), "Bearer " + options.token))
       return httplib::Server::HandlerResponse::Unhandled;
     service.metrics().error("unauthorized");
     res.set_header("WWW-Authenticate", "Bearer");
     reply_json(res, 401, json{{"error", "missing or wrong bearer token (Authorization: Bearer TOKEN)"}});
-    service.metrics().request(known_endpoint(req.path), 401, 0.0);
+    service.metrics().request("/metrics", 401, 0.0);
     return httplib::Server::HandlerResponse::Handled;
   });
   using WithResponse = httplib::Server::HandlerWithResponse;
@@ -359,7 +389,7 @@ int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const
   std::atomic<int> listen_fd{-1};
   configure(server, options, listen_fd);
   add_guards(server, service, options);
-  add_routes(server, service, options.max_body_bytes);
+  add_routes(server, service);
   int port = options.port;
   if (port == 0) {
     port = server.bind_to_any_port(options.host);
@@ -373,20 +403,25 @@ int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const
   // httplib listens with a backlog of 5: 32 clients connecting at once overflow it (the kernel drops their
   // handshakes and they see resets). Listening again on the bound socket raises the backlog.
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-  std::thread listener([&] { server.listen_after_bind(); });
+  std::atomic<bool> listening_done{false}, done{false};
+  std::thread listener([&] {
+    server.listen_after_bind();
+    listening_done = true;
+  });
   // Stop on SIGTERM/SIGINT (also while the models load): no new connections, requests in flight finish.
-  std::atomic<bool> done{false};
+  // httplib ignores stop() until its listener runs, so it is repeated until the listener has returned.
   std::thread watcher([&] {
     while (!done && !stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (stop) log.info("serve: signal " + std::to_string(stop.load()) + ": finishing the requests in flight");
-    server.stop();
+    while (!listening_done) {
+      server.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   });
   const std::string url = "http://" + options.host + ":" + std::to_string(port);
   log.info("serve: listening on " + url + "; loading the models");
   try {
-    std::unique_ptr<ServedModels> models = load();
-    models->warm_up();
-    service.set_models(std::move(models));
+    service.set_models(load());
   } catch (...) {
     done = true;
     watcher.join();

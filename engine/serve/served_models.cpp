@@ -120,10 +120,10 @@ std::vector<unsigned char> ServedModels::cam_png(const PreparedImage& image,
   return png_bytes(cam_overlays(models, inputs, options_.front(), probs, {chosen}, label_names()).front());
 }
 
-void ServedModels::warm_up() {
+void ServedModels::warm_up(const std::vector<int>& batch_sizes) {
   PreparedImage blank;
   for (const auto& o : options_) blank.inputs.push_back(torch::zeros({1, o.image_size, o.image_size}));
-  predict({&blank});
+  for (int n : batch_sizes) predict(std::vector<const PreparedImage*>(static_cast<size_t>(n), &blank));
 }
 
 }  // namespace ranzcr

@@ -44,8 +44,9 @@ class ServedModels {
   /// names (std::runtime_error naming an unknown one). Not thread-safe: one caller, as predict.
   std::vector<unsigned char> cam_png(const PreparedImage& image, const std::vector<std::string>& labels);
 
-  /// One forward of a blank image per model (first-call allocations, cuDNN autotuning) before /readyz.
-  void warm_up();
+  /// A forward of blank images per model at each of `batch_sizes` (first-call allocations, cuDNN autotuning),
+  /// before /readyz; on the thread that will run the batches (its CUDA handles are its own).
+  void warm_up(const std::vector<int>& batch_sizes);
 
   const std::vector<std::string>& label_names() const { return infos_.front().label_names; }
   const std::vector<TrainedModelInfo>& infos() const { return infos_; }
