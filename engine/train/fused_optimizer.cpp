@@ -45,7 +45,7 @@ bool kernel_applies(const std::vector<OptimizerParamGroup>& groups) {
 
 // The parameter's gradient in the parameter's own layout (DDP or a user may have left another one).
 const torch::Tensor& grad_in_layout(torch::Tensor& p) {
-  if (!p.grad().strides().equals(p.strides())) p.mutable_grad() = in_layout_of(p.grad(), p);
+  if (!same_layout(p.grad(), p)) p.mutable_grad() = in_layout_of(p.grad(), p);
   return p.grad();
 }
 
@@ -68,9 +68,15 @@ bool skip_per_parameter_step(const torch::Tensor& found_inf) {
 
 }  // namespace
 
+bool same_layout(const torch::Tensor& a, const torch::Tensor& b) {
+  if (!a.sizes().equals(b.sizes())) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
 torch::Tensor in_layout_of(const torch::Tensor& t, const torch::Tensor& like) {
-  if (t.device() == like.device() && t.sizes().equals(like.sizes()) && t.strides().equals(like.strides()))
-    return t;
+  if (t.device() == like.device() && same_layout(t, like)) return t;
   torch::Tensor out = at::empty_strided(like.sizes(), like.strides(), t.options().device(like.device()));
   out.copy_(t);
   return out;

@@ -74,8 +74,15 @@ class FusedSgd : public torch::optim::SGD, public SkippableStep {
   bool last_fused_ = false;
 };
 
-/// `t` with exactly the sizes and strides of `like` (a copy when they differ): the fused kernels need the
-/// parameters, gradients and state in one layout (channels_last parameters after a resume, say).
+/// `a` and `b` lay their elements out alike: the same sizes, and the same strides over every dimension larger
+/// than 1 (a size-1 dimension's stride never moves a pointer; ATen's ForeachUtils ignores it too). A 1x1
+/// convolution's channels_last gradient from cuDNN, strides (I, 1, I, I), is laid out as its contiguous
+/// weight, (I, 1, 1, 1).
+bool same_layout(const torch::Tensor& a, const torch::Tensor& b);
+
+/// `t` laid out as `like` (same_layout; a copy when it is not, or when it is on another device): the fused
+/// kernels need the parameters, gradients and state in one layout (channels_last parameters after a
+/// resume, say).
 torch::Tensor in_layout_of(const torch::Tensor& t, const torch::Tensor& like);
 
 /// AdamW or SGD (Nesterov) over `parameters`, per optim.* (optim.fused: the fused kernels or LibTorch's

@@ -212,6 +212,36 @@ TEST(FusedAdamW, StateInAnotherLayoutIsMovedToTheParameters) {
   EXPECT_LE(max_diff(fp, rp), kTolerance);
 }
 
+// A 1x1 convolution's weight [O, I, 1, 1] is contiguous, strides (I, 1, 1, 1); cuDNN returns its gradient
+// channels_last, strides (I, 1, I, I): the same layout, so the fused step uses it as it is (no copy per
+// step) and still equals LibTorch's. A 3x3 weight's gradient in another layout is still moved.
+TEST(FusedAdamW, AOneByOneGradientWithOtherStridesOnlyOnSizeOneDimensionsIsNotCopied) {
+  torch::manual_seed(5);
+  std::vector<torch::Tensor> fp = {torch::randn({8, 4, 1, 1}).requires_grad_(true),
+                                   torch::randn({8, 4, 3, 3}).requires_grad_(true)};
+  auto rp = clones(fp);
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.05);
+  FusedAdamW fused(fp, options);
+  torch::optim::AdamW reference(rp, options);
+  const torch::Tensor g1 = torch::randn({8, 4, 1, 1}), g3 = torch::randn({8, 4, 3, 3});
+  torch::Tensor cudnn_like = at::empty_strided({8, 4, 1, 1}, {4, 1, 4, 4});
+  cudnn_like.copy_(g1);
+  const torch::Tensor other = g3.contiguous(torch::MemoryFormat::ChannelsLast);
+  ASSERT_FALSE(cudnn_like.strides().equals(fp[0].strides()));
+  EXPECT_TRUE(same_layout(cudnn_like, fp[0]));
+  EXPECT_FALSE(same_layout(other, fp[1]));
+  fp[0].mutable_grad() = cudnn_like;
+  fp[1].mutable_grad() = other;
+  rp[0].mutable_grad() = g1.clone();
+  rp[1].mutable_grad() = g3.clone();
+  fused.step();
+  reference.step();
+  EXPECT_TRUE(fused.last_step_fused());
+  EXPECT_EQ(fp[0].grad().data_ptr(), cudnn_like.data_ptr()) << "the 1x1 gradient was copied";
+  EXPECT_NE(fp[1].grad().data_ptr(), other.data_ptr()) << "the 3x3 gradient in another layout was not moved";
+  EXPECT_LE(max_diff(fp, rp), kTolerance);
+}
+
 TEST(FusedAdamW, FallsBackToLibTorchsStepWhereNoKernelApplies) {
   std::vector<torch::Tensor> mixed = {torch::randn({4}, torch::requires_grad()),
                                       torch::randn({4}, torch::dtype(torch::kFloat64).requires_grad(true))};
