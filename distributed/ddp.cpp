@@ -23,12 +23,26 @@ torch::Tensor flat_view(const torch::Tensor& t, const torch::Tensor& layout) {
   return nhwc(layout) ? t.permute({0, 2, 3, 1}).reshape(-1) : t.reshape(-1);
 }
 
-// Copies `flat` (in flat_view order for `layout`) into `t`: a plain memory copy when `t` has that layout.
-void copy_from_flat(torch::Tensor t, const torch::Tensor& flat, const torch::Tensor& layout) {
-  if (nhwc(layout))
-    t.permute({0, 2, 3, 1}).copy_(flat.view({t.size(0), t.size(2), t.size(3), t.size(1)}));
-  else
-    t.copy_(flat.view_as(t));
+// Copies `flat`, the flat_views of `targets` one after the other (each in the order of its `layouts` entry, a
+// parameter), back into them: one multi-tensor copy, so on CUDA a few kernel launches per bucket rather than
+// one per tensor (about 600 a step on resnet200d). A plain memory copy where a target has its layout.
+void copy_all_from_flat(const std::vector<torch::Tensor>& targets, const std::vector<torch::Tensor>& layouts,
+                        const torch::Tensor& flat) {
+  std::vector<torch::Tensor> dst, src;
+  int64_t offset = 0;
+  for (size_t k = 0; k < targets.size(); ++k) {
+    const torch::Tensor& t = targets[k];
+    const torch::Tensor part = flat.narrow(0, offset, t.numel());
+    offset += t.numel();
+    if (nhwc(layouts[k])) {
+      dst.push_back(t.permute({0, 2, 3, 1}));
+      src.push_back(part.view({t.size(0), t.size(2), t.size(3), t.size(1)}));
+    } else {
+      dst.push_back(t);
+      src.push_back(part.view_as(t));
+    }
+  }
+  if (!dst.empty()) at::_foreach_copy_(dst, src);
 }
 
 }  // namespace
@@ -42,11 +56,9 @@ void broadcast_coalesced(Collectives& collectives, const std::vector<torch::Tens
     for (const auto& t : kv.second) flat_parts.push_back(flat_view(t.detach(), t));
     torch::Tensor flat = torch::cat(flat_parts);
     collectives.broadcast(flat, root);
-    int64_t offset = 0;
-    for (auto& t : kv.second) {
-      copy_from_flat(t.detach(), flat.narrow(0, offset, t.numel()), t);
-      offset += t.numel();
-    }
+    std::vector<torch::Tensor> targets;
+    for (const auto& t : kv.second) targets.push_back(t.detach());
+    copy_all_from_flat(targets, kv.second, flat);
   }
 }
 
@@ -200,14 +212,15 @@ void DistributedDataParallel::finish_gradient_sync() {
   torch::NoGradGuard no_grad;
   for (size_t b = 0; b < s.buckets.size(); ++b) {
     s.inflight[b]->wait();
-    int64_t offset = 0;
+    std::vector<torch::Tensor> grads, layouts;
     for (int64_t i : s.buckets[b]) {
       torch::Tensor& p = s.params[i];
       // The gradient keeps (or, when new, takes) the parameter's layout, as autograd gives it.
       if (!p.grad().defined()) p.mutable_grad() = torch::empty_like(p, torch::MemoryFormat::Preserve);
-      copy_from_flat(p.mutable_grad(), s.flat[b].narrow(0, offset, p.numel()), p);
-      offset += p.numel();
+      grads.push_back(p.grad());
+      layouts.push_back(p);
     }
+    copy_all_from_flat(grads, layouts, s.flat[b]);
   }
   s.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.last_launched_in_backward = s.launched_in_backward;
