@@ -10,12 +10,13 @@
 #include <torch/version.h>
 #include <opencv2/core/version.hpp>
 
+#include <cstdint>
 #include <fstream>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
-#include "apps/eval_report.h"
 #include "apps/job_runner.h"
 #include "apps/stop_signals.h"
 #include "data/synth.h"
@@ -28,6 +29,7 @@
 #include "engine/jobs/bench.h"
 #include "engine/jobs/cross_validation.h"
 #include "engine/report/curves.h"
+#include "engine/report/eval_outputs.h"
 #include "engine/runtime/precision.h"
 #ifdef RANZCR_WITH_SERVE
 #include "engine/serve/http_server.h"
@@ -90,6 +92,13 @@ MemberOptions member_options(const EvalArgs& args, const Config& config, const t
   };
 }
 
+// What evaluate reports of an ensemble's result (engine/report/eval_outputs.h).
+EvalPredictions eval_predictions(const EnsembleResult& r) {
+  EvalPredictions p{r.probs, r.logits, r.labels, r.rows, r.skipped, {}, r.options.front().tta_hflip};
+  for (size_t i = 0; i < r.models.size(); ++i) p.models.push_back({r.models[i], r.options[i].image_size});
+  return p;
+}
+
 int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
   if (summary.stopped_by_signal) return 128 + summary.stopped_by_signal;
   if (summary.already_finished) return 0;
@@ -142,11 +151,12 @@ int run_evaluate(const EvalArgs& args) {
     throw std::runtime_error("--csv needs --images (the folder of the CSV's images)");
   const Config config = eval_config(args, paths);
   auto body = [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
-    configure_device(device);
-    const EvalData data = evaluation_data(args, c);
+    const EvalData data = evaluation_data(c, args.csv, args.images);
     const EnsembleResult r = run_ensemble(paths, member_options(args, c, device, paths.size() > 1),
                                           data.index, data.rows, device, collectives);
-    if (collectives.is_main()) report_evaluation(args, c, paths, data, r, log);
+    if (collectives.is_main())
+      report_evaluation(paths, data, eval_predictions(r),
+                        EvalReportOptions{args.out, args.bootstrap, static_cast<uint64_t>(c.seed)}, log);
     return 0;
   };
   return run_job(config, args.argv, body, /*needs_dataset=*/args.csv.empty());
@@ -173,9 +183,9 @@ int run_predict(const EvalArgs& args) {
   const std::vector<std::string> paths = model_paths(args);
   const Config config = eval_config(args, paths);
   auto body = [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
-    configure_device(device);
-    const DatasetIndex index = prediction_index(args, c);
-    const std::optional<LabelThresholds> thresholds = prediction_thresholds(args, index.label_names);
+    const DatasetIndex index = prediction_index(c, args.csv, args.images);
+    const std::optional<LabelThresholds> thresholds =
+        prediction_thresholds(args.thresholds, args.at, index.label_names);
     if (!args.cam_dir.empty())
       cam_label_indices(CamOptions{args.cam_dir, args.cam_labels}, index.label_names);
     if (thresholds && !thresholds->missing.empty()) {
@@ -192,7 +202,7 @@ int run_predict(const EvalArgs& args) {
                                           rows, device, collectives);
     if (!args.cam_dir.empty()) write_overlays(args, paths, r, index, device, collectives, log);
     if (!collectives.is_main()) return 0;
-    write_file_atomic(args.out, submission_csv(c, index, r, thresholds));
+    write_file_atomic(args.out, submission_csv(c.data.id_column, index, r.probs, r.rows, thresholds));
     if (r.skipped > 0)
       log.warn(std::to_string(r.skipped) + " unreadable images skipped (no row written for them)");
     log.info("wrote " + args.out + " (" + std::to_string(r.probs.size(0)) + " rows)");
@@ -250,10 +260,10 @@ int run_serve(const ServeArgs& args) {
   const EvalArgs& m = args.models;
   const std::vector<std::string> paths = model_paths(m);
   const Config config = eval_config(m, paths);
-  const std::optional<LabelThresholds> thresholds = prediction_thresholds(m, config.data.label_columns);
+  const std::optional<LabelThresholds> thresholds =
+      prediction_thresholds(m.thresholds, m.at, config.data.label_columns);
   const ServeOptions options = serve_options(args, config, thresholds);
   auto body = [&](const Config& c, Collectives&, RunLog& log, const torch::Device& device) {
-    configure_device(device);
     if (thresholds && !thresholds->missing.empty())
       log.warn(m.thresholds + " has no " + m.at + " threshold for some labels: their decisions are null");
     auto load = [&] {
@@ -272,7 +282,6 @@ int run_cv(const CvArgs& args) {
     throw std::runtime_error("cv needs data.folds >= 2 (it is " + std::to_string(config.data.folds) +
                              "): set it in the config or with --set data.folds=5");
   auto body = [](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
-    configure_device(device);
     TrainOptions options;
     options.device = device;
     options.stop_signal = &stop_signal();

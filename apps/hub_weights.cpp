@@ -8,6 +8,7 @@
 
 #include "distributed/world.h"
 #include "engine/io/checkpoint.h"
+#include "engine/io/run_folder.h"
 #include "hub/hub_cache.h"
 #include "hub/pretrained_weights.h"
 #include "models/registry.h"
@@ -141,7 +142,7 @@ Config with_hub_weights(const Config& config, bool network, RunLog& log) {
   if (!network) options.offline = true;
   hub::HubWeightsRef ref = hub::parse_hub_weights(c.model.pretrained, c.model.name);
   const std::string resume =
-      c.train.resume == ResumeSetting::kAuto ? c.output.dir + "/checkpoints/last.pt" : "";
+      c.train.resume == ResumeSetting::kAuto ? run_folder::last_checkpoint(c.output.dir) : "";
   if (const std::string commit = pinned_commit(resume, ref.repo_id);
       !commit.empty() && commit != ref.revision) {
     log.info("pretrained: " + resume + " pinned " + ref.repo_id + " at commit " + commit + ": using it");

@@ -1,7 +1,5 @@
 #include "apps/job_runner.h"
 
-#include <torch/cuda.h>
-
 #include <filesystem>
 #include <iostream>
 
@@ -14,8 +12,7 @@
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
 #include "distributed/world.h"
-#include "engine/runtime/cuda_support.h"
-#include "engine/runtime/precision.h"
+#include "engine/runtime/placement.h"
 
 namespace fs = std::filesystem;
 
@@ -44,51 +41,6 @@ void print_progress(int64_t done, int64_t total) {
 }
 
 namespace {
-
-// NCCL needs GPUs and a LibTorch built with it.
-void require_usable_backend(const std::string& backend) {
-  if (backend != "nccl") return;
-  if (!torch::cuda::is_available())
-    throw std::runtime_error("distributed.backend nccl needs GPUs; none is visible (use gloo or auto)");
-  if (!nccl_available())
-    throw std::runtime_error(
-        "distributed.backend nccl: this LibTorch was built without NCCL (use gloo or auto)");
-}
-
-int visible_gpus() {
-  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-}
-
-// Where a process of `world` runs: its device (train.device) and, in a process group, the backend.
-struct Placement {
-  torch::Device device = torch::kCPU;
-  std::string backend;  // "" for a single process (launcher "single": no process group)
-};
-
-// Throws one clear line when train.device or the backend cannot work here: cuda without a GPU, cuda:N
-// out of range or shared, NCCL without GPUs or with ranks truly sharing a GPU (more ranks on the node
-// than GPUs, unless each rank was given its own: srun --gpus-per-task, CUDA_VISIBLE_DEVICES per rank).
-Placement place(const Config& config, const WorldInfo& world, const EnvMap& env) {
-  const int gpus = visible_gpus();
-  const bool own = gpus_assigned_per_rank(env, world);
-  Placement p;
-  p.device = resolve_device(config.train.device, world.local_rank, world.local_world_size, gpus, own);
-  if (world.launcher == "single") return p;
-  p.backend = resolve_backend(setting_name(config.distributed.backend), p.device);
-  require_usable_backend(p.backend);
-  if (p.backend == "nccl" && local_ranks_share_gpu(world.local_world_size, gpus, own))
-    throw std::runtime_error(
-        std::to_string(world.local_world_size) + " ranks on this node share " + std::to_string(gpus) +
-        " visible GPU(s): NCCL refuses two ranks on one GPU (use at most one process per "
-        "GPU, distributed.backend gloo, or train.device cpu)");
-  return p;
-}
-
-// Settles this process on `device` (the current CUDA device before any CUDA allocation).
-torch::Device settle(const torch::Device& device) {
-  cuda::set_device(device);
-  return device;
-}
 
 bool same_folder(const std::string& a, const std::string& b) {
   auto norm = [](const std::string& p) { return fs::absolute(fs::path(p) / "").lexically_normal(); };
@@ -127,40 +79,33 @@ void ensure_dataset(const Config& config, RunLog& log) {
   generate_synthetic(root.string(), config.synth, hardware_threads(), print_progress);
 }
 
-int workers_per_node(const Config& config) {
-  const std::string& n = config.distributed.nproc_per_node;
-  if (n != "auto") return std::stoi(n);
-  const DeviceSetting d = parse_device_setting(config.train.device);  // cpu or one GPU: one process
-  return d.type == "cpu" || d.index >= 0 ? 1 : std::max(1, visible_gpus());
-}
-
 // One process of a multi-process job (started by us, torchrun, srun or a PyTorchJob).
 int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, bool needs_dataset,
                const JobBody& body) {
-  const Placement placement = place(config, world, env);
-  const torch::Device device = settle(placement.device);
+  const Placement placement = place_process(config, world, env);
+  const torch::Device device = placement.device;
   // Share the cores among this node's workers (torchrun sets OMP_NUM_THREADS for the same reason).
   if (config.train.num_threads == 0)
     torch::set_num_threads(std::max(1, hardware_threads() / world.local_world_size));
   ProcessGroupOptions pgo;
-  pgo.backend = placement.backend;
+  pgo.backend = *placement.backend;
   pgo.init_method = config.distributed.init_method;
   pgo.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_seconds * 1000));
   pgo.device = device;
   RunLog log(world.rank == 0);
   auto collectives = init_process_group(world, pgo);
   log.info("distributed: world size " + std::to_string(world.world_size) + ", " +
-           std::to_string(world.local_world_size) + " ranks per node, backend " + pgo.backend + ", device " +
-           device.str() + ", init " +
-           (pgo.init_method == "env://"
+           std::to_string(world.local_world_size) + " ranks per node, backend " + backend_name(pgo.backend) +
+           ", device " + device.str() + ", init " +
+           (pgo.init_method.kind == InitMethod::Kind::kEnv
                 ? "env://" + world.master_addr + ":" + std::to_string(world.master_port)
-                : pgo.init_method) +
-           ", launcher " + world.launcher +
+                : setting_text(pgo.init_method)) +
+           ", launcher " + launcher_name(world.launcher) +
            (collectives->transport().empty() ? "" : ", " + collectives->transport()));
   // One copy of the data set and the pretrained weights per node: the node's first process makes them
   // (ours already did, before starting the workers), the others read them once it is done.
   Config job = config;
-  const bool first = world.local_rank == 0 && world.launcher != "self";
+  const bool first = world.local_rank == 0 && world.launcher != Launcher::kSelf;
   if (first && needs_dataset) {
     ensure_dataset(config, log);
     job = with_hub_weights(config, /*network=*/true, log);
@@ -181,9 +126,9 @@ int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, 
 int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body,
             bool needs_dataset) {
   const EnvMap env = current_environment();
-  const std::string& nproc = config.distributed.nproc_per_node;
+  const ProcessCount& nproc = config.distributed.nproc_per_node;
   // Under Slurm, one task per node that starts its own workers is asked for with nproc_per_node > 1.
-  const bool slurm_tasks_are_nodes = nproc != "auto" && std::stoi(nproc) > 1;
+  const bool slurm_tasks_are_nodes = !nproc.automatic && nproc.count > 1;
   if (auto world = worker_from_env(env, slurm_tasks_are_nodes))
     return run_worker(config, *world, env, needs_dataset, body);
 
@@ -191,7 +136,7 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   const NodePlan plan = node_plan_from_env(env, slurm_tasks_are_nodes);
   RunLog log(true);
   if (nproc_here == 1 && plan.nnodes == 1) {  // one process: no process group at all
-    const torch::Device device = settle(place(config, WorldInfo{}, env).device);
+    const torch::Device device = place_process(config, WorldInfo{}, env).device;
     if (needs_dataset) ensure_dataset(config, log);
     const Config job = needs_dataset ? with_hub_weights(config, /*network=*/true, log) : config;
     install_stop_handlers();
@@ -201,10 +146,10 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   // Launcher: check what can be checked once here (one error line, not one per worker), then start
   // this node's workers.
   WorldInfo workers;
-  workers.launcher = "self";
+  workers.launcher = Launcher::kSelf;
   workers.local_world_size = nproc_here;
   workers.world_size = nproc_here * plan.nnodes;
-  place(config, workers, env);
+  choose_placement(config, workers, env);
   if (needs_dataset) {
     ensure_dataset(config, log);
     load_train_index(config.data, index_options(config.data));
@@ -215,8 +160,7 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   lo.nproc = nproc_here;
   lo.node = plan;
   lo.grace_seconds = config.distributed.grace_seconds;
-  const std::string& init = config.distributed.init_method;
-  lo.host_store = init == "env://" || init == "env";
+  lo.host_store = config.distributed.init_method.kind == InitMethod::Kind::kEnv;
   log.info("launching " + std::to_string(nproc_here) + " workers on node " + std::to_string(plan.node_rank) +
            " of " + std::to_string(plan.nnodes) + " (" + plan.source + ")");
   return launch_workers(lo);

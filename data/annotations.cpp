@@ -11,8 +11,9 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "core/check.h"
+#include "core/printable.h"
 #include "data/csv.h"
-#include "data/printable.h"
 
 namespace ranzcr {
 namespace {
@@ -72,9 +73,8 @@ class PolylineParser {
 
 int required_column(const CsvTable& table, const std::string& name, const std::string& path) {
   const int c = table.column(name);
-  if (c < 0)
-    throw std::runtime_error(path + ": no column '" + printable(name) + "' (expected " + printable(name) +
-                             ",label,data)");
+  RANZCR_CHECK(c >= 0, path, ": no column '", printable(name), "' (expected ", printable(name),
+               ",label,data)");
   return c;
 }
 
@@ -102,7 +102,6 @@ ImageAnnotations load_annotations(const std::string& csv_path, const DatasetInde
   out.by_row.resize(index.size());
   for (size_t r = 0; r < table.rows.size(); ++r) {
     const auto& row = table.rows[r];
-    const std::string where = csv_path + ":" + std::to_string(table.row_lines[r]) + ": ";
     try {
       const auto it = row_of.find(row[id_col]);
       if (it == row_of.end())
@@ -112,8 +111,8 @@ ImageAnnotations load_annotations(const std::string& csv_path, const DatasetInde
       ++out.rows;
     } catch (const std::invalid_argument& e) {
       if (!skip_bad_rows)
-        throw std::runtime_error(where + e.what() +
-                                 " (set data.skip_bad_annotations=true to skip such rows)");
+        RANZCR_FAIL(csv_path, ":", table.row_lines[r], ": ", e.what(),
+                    " (set data.skip_bad_annotations=true to skip such rows)");
       ++out.skipped_rows;
     }
   }

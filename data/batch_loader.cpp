@@ -1,5 +1,7 @@
 #include "data/batch_loader.h"
 
+#include "core/check.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -150,8 +152,7 @@ Batch BatchLoader::make_batch(int64_t b) const {
       sizes.push_back(size);
     } catch (const std::runtime_error& e) {
       if (!options_.skip_bad_images)
-        throw std::runtime_error(std::string(e.what()) +
-                                 " (set data.skip_bad_images=true to skip such files)");
+        RANZCR_FAIL(e.what(), " (set data.skip_bad_images=true to skip such files)");
       ++batch.skipped;
       report_skipped(e.what());
     }
@@ -227,13 +228,6 @@ std::optional<Batch> BatchLoader::next() {
   cv_.notify_all();
   if (node.mapped().error) std::rethrow_exception(node.mapped().error);
   return std::move(node.mapped().batch);
-}
-
-torch::Tensor normalize_images(const torch::Tensor& images, const torch::Tensor& scale,
-                               const torch::Tensor& offset) {
-  if (images.scalar_type() != torch::kUInt8) return images;
-  return (images.to(torch::kFloat32) * scale.view({-1, 1, 1, 1}) + offset.view({-1, 1, 1, 1}))
-      .clamp_(0.0, 1.0);
 }
 
 }  // namespace ranzcr

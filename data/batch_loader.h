@@ -33,12 +33,6 @@ struct Batch {
   int64_t skipped = 0;           // unreadable images left out of this batch (skip_bad_images)
 };
 
-/// The float images of a uint8 batch: clamp(u8 * scale + offset, 0, 1) per image, on the tensors'
-/// device (the GPU, after the 8-bit copy). Float batches are returned as they are.
-/// [N, 1, S, S] uint8, [N], [N] -> [N, 1, S, S] float32.
-torch::Tensor normalize_images(const torch::Tensor& images, const torch::Tensor& scale,
-                               const torch::Tensor& offset);
-
 struct LoaderOptions {
   int batch_size = 32;
   int num_workers = 2;

@@ -1,8 +1,9 @@
 #include "data/csv.h"
 
+#include "core/check.h"
+
 #include <fstream>
 #include <sstream>
-#include <stdexcept>
 
 namespace ranzcr {
 
@@ -14,7 +15,7 @@ int CsvTable::column(const std::string& name) const {
 
 CsvTable read_csv(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("CSV file not found or unreadable: " + path);
+  RANZCR_CHECK(in, "CSV file not found or unreadable: ", path);
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
@@ -35,10 +36,8 @@ CsvTable read_csv(const std::string& path) {
       if (table.header.empty()) {
         table.header = row;
       } else {
-        if (row.size() != table.header.size())
-          throw std::runtime_error(path + ":" + std::to_string(row_line) + ": expected " +
-                                   std::to_string(table.header.size()) + " fields like the header, got " +
-                                   std::to_string(row.size()));
+        RANZCR_CHECK(row.size() == table.header.size(), path, ":", row_line, ": expected ",
+                     table.header.size(), " fields like the header, got ", row.size());
         table.rows.push_back(row);
         table.row_lines.push_back(row_line);
       }
@@ -74,9 +73,9 @@ CsvTable read_csv(const std::string& path) {
       field_started = true;
     }
   }
-  if (quoted) throw std::runtime_error(path + ":" + std::to_string(row_line) + ": unterminated quoted field");
+  RANZCR_CHECK(!quoted, path, ":", row_line, ": unterminated quoted field");
   if (field_started || !row.empty()) end_row();
-  if (table.header.empty()) throw std::runtime_error(path + ": empty CSV file (expected a header row)");
+  RANZCR_CHECK(!table.header.empty(), path, ": empty CSV file (expected a header row)");
   return table;
 }
 

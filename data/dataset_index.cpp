@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/check.h"
+#include "core/printable.h"
 #include "data/csv.h"
-#include "data/printable.h"
 
 namespace fs = std::filesystem;
 
@@ -26,10 +26,10 @@ class Offenders {
   }
   void throw_if_any(const std::string& context) const {
     if (count_ == 0) return;
-    std::string msg = context + ": " + std::to_string(count_) + " " + what_ + ": ";
-    for (size_t i = 0; i < items_.size(); ++i) msg += (i ? ", " : "") + items_[i];
-    if (count_ > items_.size()) msg += ", ...";
-    throw std::runtime_error(msg);
+    std::string list;
+    for (size_t i = 0; i < items_.size(); ++i) list += (i ? ", " : "") + items_[i];
+    if (count_ > items_.size()) list += ", ...";
+    RANZCR_FAIL(context, ": ", count_, " ", what_, ": ", list);
   }
 
  private:
@@ -95,8 +95,8 @@ DatasetIndex load_index(const std::string& csv_path, const std::string& image_di
     if (options.with_labels && label_cols.back() < 0) missing_cols.add("'" + printable(name) + "'");
   }
   missing_cols.throw_if_any(csv_path);
-  if (options.with_labels && label_names.empty())
-    throw std::runtime_error(csv_path + ": no label columns (every column is the id or the group column)");
+  RANZCR_CHECK(!options.with_labels || !label_names.empty(), csv_path,
+               ": no label columns (every column is the id or the group column)");
 
   DatasetIndex index;
   index.label_names = label_names;
@@ -132,15 +132,15 @@ DatasetIndex load_index(const std::string& csv_path, const std::string& image_di
   bad_ids.throw_if_any(csv_path);
   dup_ids.throw_if_any(csv_path);
   bad_labels.throw_if_any(csv_path);
-  if (options.check_images_exist && !fs::is_directory(image_dir))
-    throw std::runtime_error("image folder not found: " + image_dir);
+  RANZCR_CHECK(!options.check_images_exist || fs::is_directory(image_dir),
+               "image folder not found: ", image_dir);
   missing_images.throw_if_any(csv_path);
-  if (index.size() == 0) throw std::runtime_error(csv_path + ": no data rows");
+  RANZCR_CHECK(index.size() > 0, csv_path, ": no data rows");
   return index;
 }
 
 DatasetIndex index_from_folder(const std::string& image_dir, const std::string& image_ext) {
-  if (!fs::is_directory(image_dir)) throw std::runtime_error("image folder not found: " + image_dir);
+  RANZCR_CHECK(fs::is_directory(image_dir), "image folder not found: ", image_dir);
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(image_dir)) {
     const std::string name = entry.path().filename().string();
@@ -149,8 +149,7 @@ DatasetIndex index_from_folder(const std::string& image_dir, const std::string& 
       names.push_back(name);
   }
   std::sort(names.begin(), names.end());
-  if (names.empty())
-    throw std::runtime_error("no " + image_ext + " images in " + image_dir + " (check data.image_ext)");
+  RANZCR_CHECK(!names.empty(), "no ", image_ext, " images in ", image_dir, " (check data.image_ext)");
   DatasetIndex index;
   for (const auto& name : names) {
     index.ids.push_back(name.substr(0, name.size() - image_ext.size()));

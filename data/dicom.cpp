@@ -29,11 +29,12 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/check.h"
+#include "core/printable.h"
 #include "data/dicom_check.h"
 #include "data/dicom_j2k.h"
 #include "data/jpeg_header.h"
 #include "data/pixel_budget.h"
-#include "data/printable.h"
 
 namespace ranzcr {
 
@@ -60,7 +61,7 @@ namespace {
 
 // `what` quotes values from the file (a SOP class UID, a Number of Frames, ...): escaped and cut to one line.
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
-  throw std::runtime_error("DICOM file " + name + ": " + printable(what, 1000));
+  RANZCR_FAIL("DICOM file ", name, ": ", printable(what, 1000));
 }
 
 std::string trim(std::string s) {

@@ -1,8 +1,9 @@
 #include "data/dicom_check.h"
 
+#include "core/check.h"
+
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
 #include <string_view>
 
 namespace ranzcr {
@@ -49,8 +50,7 @@ class Walker {
 
  private:
   [[noreturn]] void fail(const std::string& why) const {
-    throw std::runtime_error("DICOM file " + name_ +
-                             ": cannot be read (not DICOM, corrupt or truncated: " + why + ")");
+    RANZCR_FAIL("DICOM file ", name_, ": cannot be read (not DICOM, corrupt or truncated: ", why, ")");
   }
 
   uint32_t u16(size_t at, bool big) const {

@@ -1,11 +1,12 @@
 #include "data/dicom_j2k.h"
 
+#include "core/check.h"
+
 #include <openjpeg.h>
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <stdexcept>
 
 namespace ranzcr::detail {
 namespace {
@@ -156,7 +157,7 @@ std::vector<unsigned char> encode_j2k_lossless(const uint16_t* samples, int cols
   component.prec = static_cast<OPJ_UINT32>(bits_stored);
   component.sgnd = is_signed ? 1 : 0;
   Image image(opj_image_create(1, &component, OPJ_CLRSPC_GRAY));
-  if (!image) throw std::runtime_error("OpenJPEG cannot create an image");
+  RANZCR_CHECK(image, "OpenJPEG cannot create an image");
   image->x1 = static_cast<OPJ_UINT32>(cols);
   image->y1 = static_cast<OPJ_UINT32>(rows);
   const size_t count = static_cast<size_t>(cols) * rows;
@@ -183,7 +184,7 @@ std::vector<unsigned char> encode_j2k_lossless(const uint16_t* samples, int cols
   if (!opj_setup_encoder(codec.get(), &parameters, image.get()) ||
       !opj_start_compress(codec.get(), image.get(), stream.get()) || !opj_encode(codec.get(), stream.get()) ||
       !opj_end_compress(codec.get(), stream.get()))
-    throw std::runtime_error(with_detail("OpenJPEG cannot encode the image", error));
+    RANZCR_FAIL(with_detail("OpenJPEG cannot encode the image", error));
   stream.reset();  // flushes
   return out;
 }

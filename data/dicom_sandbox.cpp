@@ -18,9 +18,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/check.h"
+#include "core/printable.h"
 #include "data/dicom_ipc.h"
 #include "data/pixel_budget.h"
-#include "data/printable.h"
 
 extern char** environ;
 
@@ -232,13 +233,13 @@ void Helper::fail(Failure failure, const std::string& prefix) {
       what += " (killed from outside, or out of memory)";
   }
   stop();
-  throw std::runtime_error(prefix + what);
+  RANZCR_FAIL(prefix, what);
 }
 
 void Helper::malformed(const std::string& prefix) {
   reap(true);
   stop();
-  throw std::runtime_error(prefix + "the DICOM decoder sent a malformed reply and was stopped");
+  RANZCR_FAIL(prefix, "the DICOM decoder sent a malformed reply and was stopped");
 }
 
 DicomU8 Helper::decode(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window,
@@ -263,7 +264,7 @@ DicomU8 Helper::decode(const std::vector<unsigned char>& bytes, const std::strin
     std::string message(reply.message_size, '\0');
     f = receive(message.data(), message.size(), deadline);
     if (f != Failure::kNone) fail(f, prefix);
-    throw std::runtime_error(printable(message, 1200));
+    RANZCR_FAIL(printable(message, 1200));
   }
   const auto sane = [](int64_t cols, int64_t rows) {
     return cols > 0 && rows > 0 && cols <= kMaxImagePixels / rows;

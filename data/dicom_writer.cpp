@@ -18,8 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
-#include <stdexcept>
 
+#include "core/check.h"
 #include "data/dicom.h"
 #include "data/dicom_j2k.h"
 
@@ -51,7 +51,7 @@ std::string decimal_string(double v) {
 
 void put(DcmDataset& ds, const DcmTagKey& tag, const std::string& value, const std::string& path) {
   if (ds.putAndInsertString(tag, value.c_str()).bad())
-    throw std::runtime_error("cannot write DICOM file " + path + ": DCMTK refused the value '" + value + "'");
+    RANZCR_FAIL("cannot write DICOM file ", path, ": DCMTK refused the value '", value, "'");
 }
 
 void put(DcmDataset& ds, const DcmTagKey& tag, Uint16 value) {
@@ -100,15 +100,14 @@ void put_j2k(DcmDataset& ds, const cv::Mat& stored, const DicomWriteOptions& o, 
   auto pixels = std::make_unique<DcmPixelData>(DCM_PixelData);
   pixels->putOriginalRepresentation(EXS_JPEG2000LosslessOnly, nullptr, sequence.release());
   if (ds.insert(pixels.release(), true).bad())
-    throw std::runtime_error("cannot write DICOM file " + path + ": DCMTK refused its JPEG 2000 pixel data");
+    RANZCR_FAIL("cannot write DICOM file ", path, ": DCMTK refused its JPEG 2000 pixel data");
 }
 
 }  // namespace
 
 void write_dicom(const std::string& path, const cv::Mat& stored, const DicomWriteOptions& o) {
-  if (stored.type() != (o.is_signed ? CV_16SC1 : CV_16UC1) || !stored.isContinuous())
-    throw std::runtime_error("write_dicom: expected a continuous " +
-                             std::string(o.is_signed ? "CV_16SC1" : "CV_16UC1"));
+  RANZCR_CHECK(stored.type() == (o.is_signed ? CV_16SC1 : CV_16UC1) && stored.isContinuous(),
+               "write_dicom: expected a continuous ", o.is_signed ? "CV_16SC1" : "CV_16UC1");
   register_encoders();
   DcmFileFormat file;
   DcmDataset& ds = *file.getDataset();
@@ -135,11 +134,10 @@ void write_dicom(const std::string& path, const cv::Mat& stored, const DicomWrit
       st = ds.chooseRepresentation(xfer, &jpeg_ls);
     }
   }
-  if (st.bad() || !ds.canWriteXfer(xfer))
-    throw std::runtime_error("cannot encode " + path + " as " + DcmXfer(xfer).getXferName() + ": " +
-                             st.text());
+  RANZCR_CHECK(st.good() && ds.canWriteXfer(xfer), "cannot encode ", path, " as ",
+               DcmXfer(xfer).getXferName(), ": ", st.text());
   st = file.saveFile(path.c_str(), xfer);
-  if (st.bad()) throw std::runtime_error("cannot write DICOM file " + path + ": " + st.text());
+  RANZCR_CHECK(st.good(), "cannot write DICOM file ", path, ": ", st.text());
 }
 
 }  // namespace ranzcr

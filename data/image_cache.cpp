@@ -21,8 +21,9 @@
 #include <string_view>
 #include <thread>
 
+#include "core/check.h"
+#include "core/printable.h"
 #include "data/pixel_budget.h"
-#include "data/printable.h"
 
 namespace ranzcr {
 namespace {
@@ -117,7 +118,7 @@ std::string image_cache_key(const std::vector<std::string>& paths, const Prepare
   for (const auto& path : paths) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0)
-      throw std::runtime_error("cannot read image " + path + " for the image cache key: " + errno_text());
+      RANZCR_FAIL("cannot read image ", path, " for the image cache key: ", errno_text());
     const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
     key += absolute(path, cwd) + "\t" + std::to_string(st.st_size) + "\t" + std::to_string(mtime_ns) + "\n";
   }
@@ -277,8 +278,7 @@ cv::Mat ImageCache::image(int64_t i, cv::Size* original_size) const {
     throw std::out_of_range("image cache entry " + std::to_string(i) + " of " + std::to_string(count_));
   const uint8_t* e = index_ + i * kEntrySize;
   const uint32_t len = get_u32(e + 12);
-  if (len > 0)
-    throw std::runtime_error(std::string(reinterpret_cast<const char*>(strings_ + get_u32(e + 8)), len));
+  if (len > 0) RANZCR_FAIL(std::string_view(reinterpret_cast<const char*>(strings_ + get_u32(e + 8)), len));
   if (original_size)
     *original_size = cv::Size(static_cast<int32_t>(get_u32(e)), static_cast<int32_t>(get_u32(e + 4)));
   const size_t slot = static_cast<size_t>(side_) * side_;
@@ -300,7 +300,7 @@ void write_at(int fd, const void* data, size_t size, uint64_t offset, const std:
   while (size > 0) {
     const ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw std::runtime_error("cannot write image cache " + file + ": " + errno_text());
+    if (n <= 0) RANZCR_FAIL("cannot write image cache ", file, ": ", errno_text());
     p += n, size -= static_cast<size_t>(n), offset += static_cast<uint64_t>(n);
   }
 }
@@ -369,7 +369,7 @@ void build_image_cache(const std::string& file, const std::string& key, const st
   const uint64_t strings_offset = pixels_offset + count * slot;
   const std::string tmp = file + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create image cache " + tmp + ": " + errno_text());
+  RANZCR_CHECK(fd >= 0, "cannot create image cache ", tmp, ": ", errno_text());
   try {
     // Room for the whole file first: a full disk is one line before any decoding, not a failure an hour in
     // (checked before reserving, so a cache that cannot fit never fills the disk on the way).
@@ -378,10 +378,9 @@ void build_image_cache(const std::string& file, const std::string& key, const st
     const uint64_t free_bytes = ::statvfs(dir.c_str(), &vfs) == 0 ? uint64_t{vfs.f_bavail} * vfs.f_frsize : 0;
     const int rc =
         free_bytes < strings_offset ? ENOSPC : ::posix_fallocate(fd, 0, static_cast<off_t>(strings_offset));
-    if (rc != 0)
-      throw std::runtime_error("no room for the image cache " + file + ": it needs " + gib(strings_offset) +
-                               ", " + dir + " has " + gib(free_bytes) + " free (" + std::strerror(rc) +
-                               "; set data.cache: off, or data.cache: a folder with room)");
+    RANZCR_CHECK(rc == 0, "no room for the image cache ", file, ": it needs ", gib(strings_offset), ", ", dir,
+                 " has ", gib(free_bytes), " free (", std::strerror(rc),
+                 "; set data.cache: off, or data.cache: a folder with room)");
     const std::vector<Entry> entries = decode_all(fd, tmp, pixels_offset, paths, recipe, threads, progress);
     std::string strings, index;
     for (const Entry& e : entries) {
@@ -401,7 +400,7 @@ void build_image_cache(const std::string& file, const std::string& key, const st
     write_at(fd, key.data(), key.size(), kHeaderSize, tmp);
     write_at(fd, index.data(), index.size(), index_offset, tmp);
     write_at(fd, head.data(), head.size(), 0, tmp);  // last: a file without its header is never taken for one
-    if (::fsync(fd) != 0) throw std::runtime_error("cannot write image cache " + tmp + ": " + errno_text());
+    if (::fsync(fd) != 0) RANZCR_FAIL("cannot write image cache ", tmp, ": ", errno_text());
     ::close(fd);
   } catch (...) {
     ::close(fd);
@@ -411,7 +410,7 @@ void build_image_cache(const std::string& file, const std::string& key, const st
   if (::rename(tmp.c_str(), file.c_str()) != 0) {
     const std::string why = errno_text();
     ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot publish image cache " + file + ": " + why);
+    RANZCR_FAIL("cannot publish image cache ", file, ": ", why);
   }
   const int dir = ::open(fs::path(file).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
@@ -429,11 +428,11 @@ class FileLock {
  public:
   FileLock(const std::string& path, const std::function<void(const std::string&)>& say) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error("cannot create image cache lock " + path + ": " + errno_text());
+    RANZCR_CHECK(fd_ >= 0, "cannot create image cache lock ", path, ": ", errno_text());
     if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
     say("cache: waiting for another process building or checking " + path.substr(0, path.size() - 5));
     while (::flock(fd_, LOCK_EX) != 0)
-      if (errno != EINTR) throw std::runtime_error("cannot lock " + path + ": " + errno_text());
+      if (errno != EINTR) RANZCR_FAIL("cannot lock ", path, ": ", errno_text());
   }
   ~FileLock() { ::close(fd_); }  // closing releases the lock
   FileLock(const FileLock&) = delete;
@@ -495,8 +494,7 @@ std::shared_ptr<const ImageCache> open_or_build_image_cache(const std::vector<st
   }
   std::error_code ec;
   fs::create_directories(options.dir, ec);
-  if (ec)
-    throw std::runtime_error("cannot create the image cache folder " + options.dir + ": " + ec.message());
+  RANZCR_CHECK(!ec, "cannot create the image cache folder ", options.dir, ": ", ec.message());
   FileLock lock(file + ".lock", say);
   const std::string key = image_cache_key(paths, recipe);
   std::string why = "there is none yet";

@@ -1,5 +1,6 @@
 #include "data/image_pipeline.h"
 
+#include "core/check.h"
 #include "data/dicom_sandbox.h"
 #include "data/jpeg_header.h"
 #include "data/pixel_budget.h"
@@ -12,7 +13,6 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <stdexcept>
 #include <vector>
 
 namespace ranzcr {
@@ -47,7 +47,7 @@ bool png_size(const std::vector<uchar>& b, int64_t* width, int64_t* height) {
 
 void check_pixel_count(int64_t width, int64_t height, size_t file_size, const std::string& path) {
   const std::string problem = pixel_count_problem(width, height, file_size);
-  if (!problem.empty()) throw std::runtime_error("image " + path + " " + problem);
+  RANZCR_CHECK(problem.empty(), "image ", path, " ", problem);
 }
 
 // A complete JPEG ends with the EOI marker (possibly followed by padding bytes).
@@ -74,16 +74,16 @@ std::string image_format(const std::vector<unsigned char>& bytes, const std::str
 cv::Mat decode_grayscale(const std::string& path, int target_size, cv::Size* original_size,
                          const DicomConfig& dicom) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open image " + path);
+  RANZCR_CHECK(in, "cannot open image ", path);
   std::vector<uchar> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (buf.empty()) throw std::runtime_error("empty image file " + path);
+  RANZCR_CHECK(!buf.empty(), "empty image file ", path);
   return decode_grayscale_bytes(buf, path, target_size, original_size, dicom, /*by_name=*/true);
 }
 
 cv::Mat decode_grayscale_bytes(const std::vector<unsigned char>& buf, const std::string& path,
                                int target_size, cv::Size* original_size, const DicomConfig& dicom,
                                bool by_name) {
-  if (buf.empty()) throw std::runtime_error("empty image file " + path);
+  RANZCR_CHECK(!buf.empty(), "empty image file ", path);
   if (image_format(buf, by_name ? path : "") == "dicom") {
     DicomSandboxLimits limits;
     limits.seconds_per_image = dicom.timeout_seconds;
@@ -95,8 +95,8 @@ cv::Mat decode_grayscale_bytes(const std::vector<unsigned char>& buf, const std:
   int flags = cv::IMREAD_GRAYSCALE;
   int w = 0, h = 0;
   if (is_jpeg(buf)) {
-    if (!jpeg_frame_size(buf.data(), buf.size(), &w, &h) || !jpeg_complete(buf))
-      throw std::runtime_error("corrupt or truncated JPEG " + path);
+    RANZCR_CHECK(jpeg_frame_size(buf.data(), buf.size(), &w, &h) && jpeg_complete(buf),
+                 "corrupt or truncated JPEG ", path);
     check_pixel_count(w, h, buf.size(), path);
     const int side = std::min(w, h);
     if (side >= 8 * target_size)
@@ -107,14 +107,14 @@ cv::Mat decode_grayscale_bytes(const std::vector<unsigned char>& buf, const std:
       flags = cv::IMREAD_REDUCED_GRAYSCALE_2;
   } else if (is_png(buf)) {
     int64_t pw = 0, ph = 0;
-    if (!png_size(buf, &pw, &ph)) throw std::runtime_error("corrupt PNG " + path + " (no IHDR chunk first)");
+    RANZCR_CHECK(png_size(buf, &pw, &ph), "corrupt PNG ", path, " (no IHDR chunk first)");
     check_pixel_count(pw, ph, buf.size(), path);
   } else {
     // OpenCV would guess among a dozen other formats (BMP, TIFF, WebP, PNM, ...); the loader reads these.
-    throw std::runtime_error("image " + path + " is not a JPEG, PNG or DICOM file");
+    RANZCR_FAIL("image ", path, " is not a JPEG, PNG or DICOM file");
   }
   cv::Mat img = cv::imdecode(buf, flags);
-  if (img.empty()) throw std::runtime_error("cannot decode image " + path + " (corrupt or not an image)");
+  RANZCR_CHECK(!img.empty(), "cannot decode image ", path, " (corrupt or not an image)");
   if (img.depth() != CV_8U) img.convertTo(img, CV_8U, img.depth() == CV_16U ? 1.0 / 257.0 : 1.0);
   if (original_size) *original_size = w > 0 ? cv::Size(w, h) : img.size();
   return img;

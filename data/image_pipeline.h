@@ -97,7 +97,7 @@ cv::Mat transform_mask(const cv::Mat& mask, const Geometry& g);
 
 /// An image after the geometric part of the transform, with its photometric part still to apply:
 /// the float image is clamp(u8 * scale + offset, 0, 1). Keeping the 8-bit image lets a loader ship a
-/// quarter of the bytes and the GPU do the float conversion (see normalize_images).
+/// quarter of the bytes and the GPU do the float conversion (see normalize_images in engine/runtime).
 struct TransformedImage {
   cv::Mat u8;                  // CV_8UC1 [image_size, image_size]
   double scale = 1.0 / 255.0;  // contrast / 255

@@ -1,10 +1,11 @@
 #include "data/split.h"
 
+#include "core/check.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
-#include <stdexcept>
 #include <unordered_map>
 
 namespace ranzcr {
@@ -48,7 +49,7 @@ Split assign(const std::vector<int64_t>& gid, const std::vector<char>& is_val_gr
 Split group_split(const std::vector<std::string>& groups, double val_fraction, uint64_t seed) {
   int64_t g = 0;
   const auto gid = group_ids(groups, &g);
-  if (g < 2) throw std::runtime_error("cannot split a data set with fewer than 2 groups (patients)");
+  RANZCR_CHECK(g >= 2, "cannot split a data set with fewer than 2 groups (patients)");
   int64_t n_val = std::llround(val_fraction * static_cast<double>(g));
   n_val = std::clamp<int64_t>(n_val, 1, g - 1);
   const auto order = shuffled(g, seed);
@@ -60,11 +61,8 @@ Split group_split(const std::vector<std::string>& groups, double val_fraction, u
 Split group_kfold(const std::vector<std::string>& groups, int folds, int fold, uint64_t seed) {
   int64_t g = 0;
   const auto gid = group_ids(groups, &g);
-  if (folds < 2 || fold < 0 || fold >= folds)
-    throw std::runtime_error("group_kfold: need folds >= 2, 0 <= fold < folds");
-  if (g < folds)
-    throw std::runtime_error("cannot make " + std::to_string(folds) + " folds from " + std::to_string(g) +
-                             " groups");
+  RANZCR_CHECK(folds >= 2 && fold >= 0 && fold < folds, "group_kfold: need folds >= 2, 0 <= fold < folds");
+  RANZCR_CHECK(g >= folds, "cannot make ", folds, " folds from ", g, " groups");
   std::vector<int64_t> size(g, 0);
   for (int64_t id : gid) ++size[id];
   auto order = shuffled(g, seed);

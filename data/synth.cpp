@@ -9,9 +9,9 @@
 #include <mutex>
 #include <random>
 #include <sstream>
-#include <stdexcept>
 #include <thread>
 
+#include "core/check.h"
 #include "data/csv.h"
 #include "data/image_pipeline.h"
 
@@ -62,7 +62,7 @@ SynthPlan make_plan(const SynthConfig& config) {
 // Creates an empty temporary sibling of `out_dir` holding train/ and test/; returns its path.
 fs::path make_staging_folder(const std::string& out_dir) {
   const fs::path final_dir(out_dir);
-  if (fs::exists(final_dir)) throw std::runtime_error("output folder already exists: " + out_dir);
+  RANZCR_CHECK(!fs::exists(final_dir), "output folder already exists: ", out_dir);
   if (final_dir.has_parent_path()) fs::create_directories(final_dir.parent_path());
   const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
   fs::remove_all(tmp);
@@ -103,7 +103,7 @@ void render_and_save(const SynthPlan& plan, int64_t i, const fs::path& dir, std:
   if (dicom)
     write_synthetic_dicom(file.string(), st, i);
   else if (!cv::imwrite(file.string(), st.image, {cv::IMWRITE_JPEG_QUALITY, 92}))
-    throw std::runtime_error("cannot write " + file.string());
+    RANZCR_FAIL("cannot write ", file.string());
   *row = label_row(st);
   *ann_rows = annotation_rows(st);
 }
@@ -159,7 +159,7 @@ void write_csv_files(const fs::path& dir, const SynthPlan& plan, const std::vect
   }
   for (auto* f : {&train, &ann, &sub, &test_labels}) {
     f->close();
-    if (!*f) throw std::runtime_error("cannot write the CSV files in " + dir.string());
+    RANZCR_CHECK(*f, "cannot write the CSV files in ", dir.string());
   }
 }
 

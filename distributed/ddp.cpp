@@ -25,15 +25,18 @@ torch::Tensor flat_view(const torch::Tensor& t, const torch::Tensor& layout) {
 
 // Copies `flat`, the flat_views of `targets` one after the other (each in the order of its `layouts` entry, a
 // parameter), back into them: one multi-tensor copy, so on CUDA a few kernel launches per bucket rather than
-// one per tensor (about 600 a step on resnet200d). A plain memory copy where a target has its layout.
+// one per tensor (about 600 a step on resnet200d). A plain memory copy where a target has its layout. An
+// undefined target is skipped (its part of `flat` is left unread).
 void copy_all_from_flat(const std::vector<torch::Tensor>& targets, const std::vector<torch::Tensor>& layouts,
                         const torch::Tensor& flat) {
   std::vector<torch::Tensor> dst, src;
   int64_t offset = 0;
   for (size_t k = 0; k < targets.size(); ++k) {
     const torch::Tensor& t = targets[k];
-    const torch::Tensor part = flat.narrow(0, offset, t.numel());
-    offset += t.numel();
+    const int64_t numel = layouts[k].numel();
+    offset += numel;
+    if (!t.defined()) continue;
+    const torch::Tensor part = flat.narrow(0, offset - numel, numel);
     if (nhwc(layouts[k])) {
       dst.push_back(t.permute({0, 2, 3, 1}));
       src.push_back(part.view({t.size(0), t.size(2), t.size(3), t.size(1)}));
@@ -84,6 +87,10 @@ struct DistributedDataParallel::State {
   int64_t last_launched_in_backward = 0;
   std::vector<torch::Tensor> flat;  // per bucket, while in flight
   std::vector<std::unique_ptr<Collectives::Pending>> inflight;
+  // Which parameters this step used, summed over the ranks inside bucket 0's all-reduce (one element per
+  // parameter after its gradients): a parameter no rank used keeps no gradient, as in PyTorch's DDP.
+  std::vector<int64_t> unused_here;  // parameters outside this rank's autograd graph (prepare_backward)
+  int64_t bucket0_numel = 0;         // gradient elements of bucket 0, before the usage flags
 
   void reset() {
     ready.assign(params.size(), 0);
@@ -92,6 +99,7 @@ struct DistributedDataParallel::State {
     next_launch = 0;
     launched_in_backward = 0;
     flat.assign(buckets.size(), torch::Tensor());
+    unused_here.clear();
     inflight.clear();
     inflight.resize(buckets.size());
   }
@@ -105,8 +113,26 @@ struct DistributedDataParallel::State {
       parts.push_back(g.defined() ? flat_view(g, params[i])
                                   : torch::zeros({params[i].numel()}, params[i].options()));
     }
+    if (b == 0) parts.push_back(usage_flags(parts.front().options()));
     flat[b] = torch::cat(parts).div_(collectives->world_size());
     inflight[b] = collectives->all_reduce_sum_async(flat[b]);
+  }
+
+  // One per parameter: 0 where this rank did not use it, else 1. Made on the device without a host copy.
+  torch::Tensor usage_flags(const torch::TensorOptions& options) const {
+    torch::Tensor flags = torch::ones({static_cast<int64_t>(params.size())}, options);
+    for (int64_t i : unused_here) flags[i].fill_(0);
+    return flags;
+  }
+
+  // The parameters that no rank used this step (bucket 0 done). Reads the flags back, a host sync, only
+  // when this rank left some parameter unused: one it used is used.
+  std::vector<char> unused_everywhere() {
+    std::vector<char> unused(params.size(), 0);
+    if (unused_here.empty()) return unused;
+    const torch::Tensor flags = flat[0].narrow(0, bucket0_numel, static_cast<int64_t>(params.size())).cpu();
+    for (int64_t i : unused_here) unused[i] = flags[i].item<double>() == 0.0;
+    return unused;
   }
 
   void on_grad_ready(int64_t i) {
@@ -150,6 +176,7 @@ DistributedDataParallel::DistributedDataParallel(torch::nn::Module& module, Coll
     s.bucket_of[i] = static_cast<int64_t>(s.buckets.size()) - 1;
     bytes += size;
   }
+  for (int64_t i : s.buckets.front()) s.bucket0_numel += s.params[i].numel();
   s.reset();
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
@@ -191,6 +218,7 @@ void DistributedDataParallel::prepare_backward(const torch::Tensor& loss) {
     for (const auto& edge : node->next_edges())
       if (edge.function) stack.push_back(edge.function.get());
   }
+  std::vector<int64_t> unused;
   for (size_t i = 0; i < s.params.size(); ++i) {
     // Restoring weights with set_/set_data after construction can give a parameter a new accumulator,
     // which our hook is not on: every gradient would then count as unused (zeros). Build DDP last.
@@ -198,8 +226,13 @@ void DistributedDataParallel::prepare_backward(const torch::Tensor& loss) {
         torch::autograd::impl::grad_accumulator(s.params[i]).get() == s.accumulators[i].get(),
         "DistributedDataParallel: parameter ", i,
         " has a new gradient accumulator; construct the wrapper after loading weights");
-    if (!seen.count(s.accumulators[i].get())) s.on_grad_ready(static_cast<int64_t>(i));  // contributes zeros
+    if (!seen.count(s.accumulators[i].get())) unused.push_back(static_cast<int64_t>(i));
   }
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.unused_here = unused;  // before any bucket launches: bucket 0 carries them
+  }
+  for (int64_t i : unused) s.on_grad_ready(i);  // contributes zeros; no gradient if no rank uses it
 }
 
 void DistributedDataParallel::finish_gradient_sync() {
@@ -210,15 +243,21 @@ void DistributedDataParallel::finish_gradient_sync() {
   const auto start = std::chrono::steady_clock::now();
   while (s.next_launch < static_cast<int64_t>(s.buckets.size())) s.launch(s.next_launch++);
   torch::NoGradGuard no_grad;
+  std::vector<char> unused;
   for (size_t b = 0; b < s.buckets.size(); ++b) {
     s.inflight[b]->wait();
+    if (b == 0) unused = s.unused_everywhere();
     std::vector<torch::Tensor> grads, layouts;
     for (int64_t i : s.buckets[b]) {
       torch::Tensor& p = s.params[i];
+      layouts.push_back(p);
+      if (unused[i]) {  // no rank used it: its gradient stays as it was (undefined after zero_grad)
+        grads.emplace_back();
+        continue;
+      }
       // The gradient keeps (or, when new, takes) the parameter's layout, as autograd gives it.
       if (!p.grad().defined()) p.mutable_grad() = torch::empty_like(p, torch::MemoryFormat::Preserve);
       grads.push_back(p.grad());
-      layouts.push_back(p);
     }
     copy_all_from_flat(grads, layouts, s.flat[b]);
   }

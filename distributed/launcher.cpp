@@ -20,6 +20,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/check.h"
+
 extern char** environ;
 
 namespace ranzcr {
@@ -79,7 +81,7 @@ void pump(int fd, std::ostream& out, std::mutex& mutex, const std::string& prefi
 
 int pick_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("cannot open a socket to pick a free port");
+  RANZCR_CHECK(fd >= 0, "cannot open a socket to pick a free port");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -88,7 +90,7 @@ int pick_free_port() {
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     ::close(fd);
-    throw std::runtime_error("cannot pick a free port");
+    RANZCR_FAIL("cannot pick a free port");
   }
   ::close(fd);
   return ntohs(addr.sin_port);
@@ -109,7 +111,7 @@ c10::intrusive_ptr<c10d::Store> host_store(int world, int* port) {
     *port = store->getPort();
     return store;
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("cannot host the rendezvous store on 127.0.0.1: ") + e.what());
+    RANZCR_FAIL("cannot host the rendezvous store on 127.0.0.1: ", e.what());
   }
 }
 
@@ -150,9 +152,9 @@ pid_t spawn_worker(const LaunchOptions& o, ExecArgs& argv, ExecArgs& envp, int* 
   const pid_t launcher = ::getpid();
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
-    throw std::runtime_error("cannot create pipes for the workers");
+    RANZCR_FAIL("cannot create pipes for the workers");
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("cannot start worker processes (fork failed)");
+  RANZCR_CHECK(pid >= 0, "cannot start worker processes (fork failed)");
   if (pid == 0) {
     ::setpgid(0, 0);  // own process group: the launcher decides who gets which signal
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -10,7 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <stdexcept>
+
+#include "core/check.h"
 
 namespace ranzcr {
 namespace {
@@ -18,8 +19,7 @@ namespace {
 std::string numeric_host(const sockaddr* addr, socklen_t len) {
   char buf[NI_MAXHOST];
   const int rc = ::getnameinfo(addr, len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
-  if (rc != 0)
-    throw std::runtime_error(std::string("cannot format a network address: ") + ::gai_strerror(rc));
+  RANZCR_CHECK(rc == 0, "cannot format a network address: ", ::gai_strerror(rc));
   return buf;
 }
 
@@ -45,9 +45,8 @@ std::string local_address_towards(const std::string& host, int port) {
   // Any port routes the same; 0 is not accepted everywhere.
   const std::string service = std::to_string(port > 0 ? port : 9);
   const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
-  if (rc != 0)
-    throw std::runtime_error("cannot resolve the master host '" + host + "' (check MASTER_ADDR): " +
-                             (rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc)));
+  RANZCR_CHECK(rc == 0, "cannot resolve the master host '", host,
+               "' (check MASTER_ADDR): ", rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, &::freeaddrinfo);
   // IPv4 first: every rank must publish the same address family, and IPv4 is what most clusters route.
   std::vector<const addrinfo*> candidates;
@@ -71,14 +70,12 @@ std::string local_address_towards(const std::string& host, int port) {
     ::close(fd);
     if (ok) return numeric_host(reinterpret_cast<sockaddr*>(&local), len);
   }
-  throw std::runtime_error("no route from this host to the master host '" + host +
-                           "' (check MASTER_ADDR): " + error);
+  RANZCR_FAIL("no route from this host to the master host '", host, "' (check MASTER_ADDR): ", error);
 }
 
 std::vector<InterfaceAddress> interface_addresses() {
   ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0)
-    throw std::runtime_error(std::string("cannot list the network interfaces: ") + std::strerror(errno));
+  if (::getifaddrs(&list) != 0) RANZCR_FAIL("cannot list the network interfaces: ", std::strerror(errno));
   std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> guard(list, &::freeifaddrs);
   std::vector<InterfaceAddress> out;
   for (const ifaddrs* ifa = list; ifa; ifa = ifa->ifa_next) {
@@ -113,8 +110,8 @@ GlooBinding choose_gloo_binding(const std::string& interface, const std::string&
       if (names.find(" " + a.name + ",") == std::string::npos) names += " " + a.name + ",";
     }
     if (!names.empty()) names.pop_back();
-    throw std::runtime_error("GLOO_SOCKET_IFNAME=" + interface +
-                             ": no network interface of that name has an address (interfaces:" + names + ")");
+    RANZCR_FAIL("GLOO_SOCKET_IFNAME=", interface,
+                ": no network interface of that name has an address (interfaces:", names, ")");
   }
   if (is_loopback_host(master_host) || (file_store && single_node)) return {"127.0.0.1", "", "loopback"};
   if (file_store) {

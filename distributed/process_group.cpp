@@ -1,5 +1,7 @@
 #include "distributed/process_group.h"
 
+#include "core/check.h"
+
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -140,25 +142,12 @@ struct Rendezvous {
   int port = 0;
 };
 
-Rendezvous parse_rendezvous(const WorldInfo& w, const std::string& init) {
+// Where the store is: the init method's file or tcp:// address, else the launcher's MASTER_ADDR:MASTER_PORT.
+Rendezvous rendezvous_of(const WorldInfo& w, const InitMethod& init) {
   Rendezvous r;
-  if (init.rfind("file://", 0) == 0) {
-    r.file = init.substr(7);
-    return r;
-  }
-  r.host = w.master_addr;
-  r.port = w.master_port;
-  if (init.rfind("tcp://", 0) == 0) {
-    const std::string hp = init.substr(6);
-    const size_t colon = hp.rfind(':');
-    if (colon == std::string::npos)
-      throw std::runtime_error("distributed.init_method " + init + ": expected tcp://host:port");
-    r.host = hp.substr(0, colon);
-    r.port = std::stoi(hp.substr(colon + 1));
-  } else if (init != "env://" && init != "env") {
-    throw std::runtime_error("distributed.init_method '" + init +
-                             "': expected env://, tcp://host:port or file:///path");
-  }
+  r.file = init.kind == InitMethod::Kind::kFile ? init.path : "";
+  r.host = init.kind == InitMethod::Kind::kTcp ? init.host : w.master_addr;
+  r.port = init.kind == InitMethod::Kind::kTcp ? init.port : w.master_port;
   return r;
 }
 
@@ -169,7 +158,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGrou
     try {
       return c10::make_intrusive<c10d::FileStore>(r.file, w.world_size);
     } catch (const std::exception& e) {
-      throw std::runtime_error("cannot open the rendezvous file " + r.file + ": " + first_line(e.what()));
+      RANZCR_FAIL("cannot open the rendezvous file ", r.file, ": ", first_line(e.what()));
     }
   }
   const std::string& host = r.host;
@@ -178,7 +167,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGrou
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(port);
   // A launcher's store (torchrun's agent, ours) is the env:// one; a tcp:// address is rank 0's to host.
-  so.isServer = w.rank == 0 && (!w.external_store || o.init_method.rfind("tcp://", 0) == 0);
+  so.isServer = w.rank == 0 && (!w.external_store || o.init_method.kind == InitMethod::Kind::kTcp);
   so.numWorkers = w.world_size;
   so.waitWorkers = false;  // we count arrivals ourselves, to say how many came
   so.timeout = o.timeout;
@@ -187,11 +176,10 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGrou
     store = c10::make_intrusive<c10d::TCPStore>(host, so);
   } catch (const std::exception& e) {
     if (so.isServer)
-      throw std::runtime_error("cannot host the rendezvous store on port " + std::to_string(port) +
-                               " (port in use? set MASTER_PORT): " + first_line(e.what()));
-    throw std::runtime_error("cannot reach the rendezvous store at " + *where + " within " +
-                             seconds(o.timeout) +
-                             " (is rank 0 running? check MASTER_ADDR/MASTER_PORT): " + first_line(e.what()));
+      RANZCR_FAIL("cannot host the rendezvous store on port ", port,
+                  " (port in use? set MASTER_PORT): ", first_line(e.what()));
+    RANZCR_FAIL("cannot reach the rendezvous store at ", *where, " within ", seconds(o.timeout),
+                " (is rank 0 running? check MASTER_ADDR/MASTER_PORT): ", first_line(e.what()));
   }
   if (!w.store_prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(w.store_prefix, store);
   return store;
@@ -199,16 +187,16 @@ c10::intrusive_ptr<c10d::Store> make_store(const WorldInfo& w, const ProcessGrou
 
 }  // namespace
 
-std::string resolve_backend(const std::string& configured, const torch::Device& device) {
-  if (configured != "auto") return configured;
-  return device.is_cuda() ? "nccl" : "gloo";
+const char* backend_name(Backend backend) {
+  return backend == Backend::kNccl ? "nccl" : "gloo";
 }
 
 std::shared_ptr<Collectives> init_process_group(const WorldInfo& w, const ProcessGroupOptions& o) {
-  const Rendezvous rendezvous = parse_rendezvous(w, o.init_method);
+  const Rendezvous rendezvous = rendezvous_of(w, o.init_method);
+  const std::string name = backend_name(o.backend);
   // Chosen before the rendezvous, so that an unresolvable master fails at once on every rank.
   GlooBinding gloo;
-  if (o.backend == "gloo")
+  if (o.backend == Backend::kGloo)
     gloo = choose_gloo_binding(w.gloo_interface, rendezvous.host, rendezvous.port, !rendezvous.file.empty(),
                                w.local_world_size >= w.world_size);
   std::string where;
@@ -219,41 +207,36 @@ std::shared_ptr<Collectives> init_process_group(const WorldInfo& w, const Proces
   try {
     store->add("ranzcr/joined", 1);
     while ((joined = store->add("ranzcr/joined", 0)) < w.world_size) {
-      if (Clock::now() > deadline)
-        throw std::runtime_error("rendezvous timed out after " + seconds(o.timeout) + ": " +
-                                 std::to_string(joined) + " of " + std::to_string(w.world_size) +
-                                 " ranks joined (store " + where + ")");
+      RANZCR_CHECK(Clock::now() <= deadline, "rendezvous timed out after ", seconds(o.timeout), ": ", joined,
+                   " of ", w.world_size, " ranks joined (store ", where, ")");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   } catch (const c10::Error& e) {
-    throw std::runtime_error("rendezvous store " + where +
-                             " failed: " + first_line(e.what_without_backtrace()));
+    RANZCR_FAIL("rendezvous store ", where, " failed: ", first_line(e.what_without_backtrace()));
   }
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ranzcr/" + o.backend, store);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ranzcr/" + name, store);
   c10::intrusive_ptr<c10d::Backend> backend;
   try {
-    if (o.backend == "nccl") {
+    if (o.backend == Backend::kNccl) {
       backend = make_nccl_backend(prefixed, w.rank, w.world_size, o.timeout, o.device);
-    } else if (o.backend == "gloo") {
+    } else {
       auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
       opts->devices.push_back(gloo.interface.empty()
                                   ? c10d::ProcessGroupGloo::createDeviceForHostname(gloo.address)
                                   : c10d::ProcessGroupGloo::createDeviceForInterface(gloo.interface));
       backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, w.rank, w.world_size, opts);
-    } else {
-      throw std::runtime_error("distributed.backend '" + o.backend + "': expected auto, gloo or nccl");
     }
   } catch (const c10::Error& e) {
     // Name the address this rank offered: a wrong one is the usual cause of a failed Gloo mesh.
     const std::string mine = gloo.address.empty()
                                  ? ""
                                  : " (this rank's " + gloo.describe() + "; GLOO_SOCKET_IFNAME picks another)";
-    throw std::runtime_error("cannot create the " + o.backend + " process group" + mine + ": " +
-                             first_line(e.what_without_backtrace()));
+    RANZCR_FAIL("cannot create the ", name, " process group", mine, ": ",
+                first_line(e.what_without_backtrace()));
   }
   return std::make_shared<ProcessGroupCollectives>(
-      store, backend, w.rank, w.world_size, o.backend, o.timeout,
-      o.backend == "nccl" ? o.device : torch::Device(torch::kCPU),
+      store, backend, w.rank, w.world_size, name, o.timeout,
+      o.backend == Backend::kNccl ? o.device : torch::Device(torch::kCPU),
       gloo.address.empty() ? "" : gloo.describe());
 }
 

@@ -9,13 +9,19 @@
 #include <string>
 
 #include "distributed/collectives.h"
+#include "distributed/init_method.h"
 #include "distributed/world.h"
 
 namespace ranzcr {
 
+/// The collective backend of a process group: Gloo (CPU tensors) or NCCL (CUDA tensors, one GPU per rank).
+enum class Backend { kGloo, kNccl };
+/// "gloo" or "nccl".
+const char* backend_name(Backend backend);
+
 struct ProcessGroupOptions {
-  std::string backend = "gloo";                   // gloo | nccl
-  std::string init_method = "env://";             // env:// | tcp://host:port | file:///path
+  Backend backend = Backend::kGloo;
+  InitMethod init_method;                         // env:// | tcp://host:port | file:///path
   std::chrono::milliseconds timeout{300 * 1000};  // rendezvous and collectives
   torch::Device device = torch::kCPU;             // NCCL: this rank's GPU
 };
@@ -23,9 +29,6 @@ struct ProcessGroupOptions {
 /// Joins the job: every rank must call it. Throws std::runtime_error with one clear line when the store
 /// cannot be hosted or reached, or when not every rank joins within the timeout (naming how many did).
 std::shared_ptr<Collectives> init_process_group(const WorldInfo& world, const ProcessGroupOptions& options);
-
-/// "nccl" for a CUDA device, else "gloo" (distributed.backend: auto).
-std::string resolve_backend(const std::string& configured, const torch::Device& device);
 
 /// Whether this LibTorch was built with NCCL.
 bool nccl_available();

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/check.h"
+
 extern char** environ;
 
 namespace ranzcr {
@@ -31,22 +33,18 @@ int get_int(const EnvMap& env, const std::string& key, int fallback, int min_val
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != v->size() || value < min_value)
-    throw std::runtime_error("environment variable " + key + "='" + *v +
-                             "': expected an integer >= " + std::to_string(min_value));
+  RANZCR_CHECK(used == v->size() && value >= min_value, "environment variable ", key, "='", *v,
+               "': expected an integer >= ", min_value);
   return value;
 }
 
 void check(const WorldInfo& w, const std::string& source) {
-  if (w.rank >= w.world_size)
-    throw std::runtime_error(source + ": rank " + std::to_string(w.rank) + " is not below the world size " +
-                             std::to_string(w.world_size));
-  if (w.local_rank >= w.local_world_size)
-    throw std::runtime_error(source + ": local rank " + std::to_string(w.local_rank) +
-                             " is not below the local world size " + std::to_string(w.local_world_size));
-  if (w.master_port < 1 || w.master_port > 65535)
-    throw std::runtime_error(source + ": MASTER_PORT must be in 1..65535, got " +
-                             std::to_string(w.master_port));
+  RANZCR_CHECK(w.rank < w.world_size, source, ": rank ", w.rank, " is not below the world size ",
+               w.world_size);
+  RANZCR_CHECK(w.local_rank < w.local_world_size, source, ": local rank ", w.local_rank,
+               " is not below the local world size ", w.local_world_size);
+  RANZCR_CHECK(w.master_port >= 1 && w.master_port <= 65535, source,
+               ": MASTER_PORT must be in 1..65535, got ", w.master_port);
 }
 
 }  // namespace
@@ -112,12 +110,30 @@ void slurm_master(const EnvMap& env, std::string* addr, int* port) {
 void require_srun_task(const EnvMap& env) {
   if (get_int(env, "SLURM_NTASKS", 1, 1) <= 1 || get(env, "SLURM_STEP_ID") || get(env, "SLURM_STEPID"))
     return;
-  throw std::runtime_error("Slurm: the job has SLURM_NTASKS=" + *get(env, "SLURM_NTASKS") +
-                           " tasks but this process is its batch script, not one of them: start the "
-                           "binary with srun (srun ./ranzcr train ...), which runs it once per task");
+  RANZCR_FAIL("Slurm: the job has SLURM_NTASKS=", *get(env, "SLURM_NTASKS"),
+              " tasks but this process is its batch script, not one of them: start the "
+              "binary with srun (srun ./ranzcr train ...), which runs it once per task");
 }
 
 }  // namespace
+
+const char* launcher_name(Launcher launcher) {
+  switch (launcher) {
+    case Launcher::kSelf:
+      return "self";
+    case Launcher::kTorchrun:
+      return "torchrun";
+    case Launcher::kSlurm:
+      return "slurm";
+    case Launcher::kKubernetes:
+      return "kubernetes";
+    case Launcher::kEnv:
+      return "env";
+    case Launcher::kSingle:
+      break;
+  }
+  return "single";
+}
 
 std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are_nodes) {
   WorldInfo w;
@@ -127,7 +143,7 @@ std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are
     info.master_port = get_int(env, "MASTER_PORT", info.master_port, 1);
   };
   if (get(env, "TORCHELASTIC_RUN_ID") || get(env, "TORCHELASTIC_USE_AGENT_STORE")) {
-    w.launcher = "torchrun";
+    w.launcher = Launcher::kTorchrun;
     w.rank = get_int(env, "RANK", 0);
     w.world_size = get_int(env, "WORLD_SIZE", 1, 1);
     w.local_rank = get_int(env, "LOCAL_RANK", 0);
@@ -142,7 +158,7 @@ std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are
     return w;
   }
   if (get(env, "SLURM_PROCID") && get(env, "SLURM_NTASKS") && !slurm_tasks_are_nodes && !get(env, "RANK")) {
-    w.launcher = "slurm";
+    w.launcher = Launcher::kSlurm;
     require_srun_task(env);
     w.rank = get_int(env, "SLURM_PROCID", 0);
     w.world_size = get_int(env, "SLURM_NTASKS", 1, 1);
@@ -162,9 +178,12 @@ std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are
     return w;
   }
   if (get(env, "RANK") && get(env, "WORLD_SIZE")) {
-    w.launcher = get(env, "RANZCR_LAUNCHER") ? *get(env, "RANZCR_LAUNCHER")
-                 : get(env, "PET_NNODES") || get(env, "KUBERNETES_SERVICE_HOST") ? "kubernetes"
-                                                                                 : "env";
+    const std::string* ours = get(env, "RANZCR_LAUNCHER");  // ranzcr's launcher sets it (launcher.cpp)
+    RANZCR_CHECK(!ours || *ours == "self", "environment variable RANZCR_LAUNCHER='", *ours,
+                 "': expected self (set by ranzcr's own launcher) or unset");
+    w.launcher = ours                                                            ? Launcher::kSelf
+                 : get(env, "PET_NNODES") || get(env, "KUBERNETES_SERVICE_HOST") ? Launcher::kKubernetes
+                                                                                 : Launcher::kEnv;
     w.rank = get_int(env, "RANK", 0);
     w.world_size = get_int(env, "WORLD_SIZE", 1, 1);
     w.local_rank = get_int(env, "LOCAL_RANK", 0);
@@ -194,15 +213,14 @@ NodePlan node_plan_from_env(const EnvMap& env, bool slurm_tasks_are_nodes) {
   }
   if (const auto* a = get(env, "MASTER_ADDR")) plan.master_addr = *a;
   plan.master_port = get_int(env, "MASTER_PORT", plan.master_port, 1);
-  if (plan.node_rank >= plan.nnodes)
-    throw std::runtime_error(plan.source + ": node rank " + std::to_string(plan.node_rank) +
-                             " is not below the number of nodes " + std::to_string(plan.nnodes));
-  if (plan.nnodes > 1 && plan.source != "Slurm tasks" && !get(env, "MASTER_ADDR"))
-    throw std::runtime_error(plan.source + ": a job of " + std::to_string(plan.nnodes) +
-                             " nodes needs MASTER_ADDR (node 0's address, reachable from every node) and "
-                             "MASTER_PORT set on every node");
-  if (plan.nnodes > 1 && plan.master_port == 0)
-    throw std::runtime_error("a multi-node job needs MASTER_PORT (and MASTER_ADDR) set on every node");
+  RANZCR_CHECK(plan.node_rank < plan.nnodes, plan.source, ": node rank ", plan.node_rank,
+               " is not below the number of nodes ", plan.nnodes);
+  RANZCR_CHECK(plan.nnodes <= 1 || plan.source == "Slurm tasks" || get(env, "MASTER_ADDR"), plan.source,
+               ": a job of ", plan.nnodes,
+               " nodes needs MASTER_ADDR (node 0's address, reachable from every node) and "
+               "MASTER_PORT set on every node");
+  RANZCR_CHECK(plan.nnodes <= 1 || plan.master_port != 0,
+               "a multi-node job needs MASTER_PORT (and MASTER_ADDR) set on every node");
   return plan;
 }
 
@@ -212,8 +230,9 @@ int gpu_for_local_rank(int local_rank, int visible_gpus) {
 }
 
 bool gpus_assigned_per_rank(const EnvMap& env, const WorldInfo& world) {
-  if (world.launcher == "self" || world.launcher == "single") return false;  // one environment for all
-  if (world.launcher == "slurm") {
+  if (world.launcher == Launcher::kSelf || world.launcher == Launcher::kSingle)
+    return false;  // one environment for all
+  if (world.launcher == Launcher::kSlurm) {
     // srun --gpus-per-task, or a node with a GPU for every task (--gpu-bind then shows each task its
     // own); --gres=gpu:N with more tasks than N gives every task the same CUDA_VISIBLE_DEVICES.
     if (get(env, "SLURM_GPUS_PER_TASK")) return true;

@@ -14,8 +14,14 @@ using EnvMap = std::map<std::string, std::string>;
 /// The process environment as a map.
 EnvMap current_environment();
 
+/// Who started this process: nobody (one process, no group), ranzcr's own launcher, torchrun, srun,
+/// a Kubernetes PyTorchJob, or another launcher that set RANK and WORLD_SIZE.
+enum class Launcher { kSingle, kSelf, kTorchrun, kSlurm, kKubernetes, kEnv };
+/// "single", "self", "torchrun", "slurm", "kubernetes" or "env" (log lines).
+const char* launcher_name(Launcher launcher);
+
 struct WorldInfo {
-  std::string launcher = "single";  // torchrun | slurm | env | kubernetes | self | single
+  Launcher launcher = Launcher::kSingle;
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
@@ -55,9 +61,11 @@ int gpu_for_local_rank(int local_rank, int visible_gpus);
 /// for every task (SLURM_GPUS_ON_NODE >= the tasks on the node, bound per task by --gpu-bind); not with
 /// --gres=gpu:N shared by more than N tasks, whose CUDA_VISIBLE_DEVICES is the same for all. Other external
 /// launchers (torchrun, a PyTorchJob, a wrapper script): with CUDA_VISIBLE_DEVICES set, taken as set per
-/// rank (torchrun itself sets none; one CUDA_VISIBLE_DEVICES for ranks of a torchrun that outnumber its
-/// GPUs passes this check, and NCCL then refuses them itself). Never for our own self-launched workers
-/// or a single process: they all inherit one environment.
+/// rank (torchrun itself sets none). One rank cannot tell a job-wide CUDA_VISIBLE_DEVICES from its own:
+/// ranks of a torchrun that outnumber the GPUs it lists pass this check, and the NCCL process group then
+/// compares the ranks' GPU UUIDs through the store and refuses them with one line on every rank
+/// (nccl_backend.cpp). Never for our own self-launched workers or a single process: they all inherit one
+/// environment.
 bool gpus_assigned_per_rank(const EnvMap& env, const WorldInfo& world);
 
 /// Whether the `local_world_size` ranks of a node would put two ranks on one GPU when this rank sees

@@ -1,7 +1,8 @@
 #include "models/registry.h"
 
 #include <map>
-#include <stdexcept>
+
+#include "core/check.h"
 
 namespace ranzcr {
 namespace {
@@ -25,11 +26,11 @@ const std::map<std::string, ModelFactory>& registry() {
 }  // namespace
 
 ClassifierOutput Classifier::forward_with_features(torch::Tensor) {
-  throw std::runtime_error("model '" + name() + "' has no feature map for an auxiliary head");
+  RANZCR_FAIL("model '", name(), "' has no feature map for an auxiliary head");
 }
 
 int64_t Classifier::feature_channels() const {
-  throw std::runtime_error("model '" + name() + "' has no feature map for an auxiliary head");
+  RANZCR_FAIL("model '", name(), "' has no feature map for an auxiliary head");
 }
 
 std::shared_ptr<Classifier> create_model(const std::string& name, const ModelSpec& spec) {
@@ -38,7 +39,7 @@ std::shared_ptr<Classifier> create_model(const std::string& name, const ModelSpe
   if (it == r.end()) {
     std::string valid;
     for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
-    throw std::runtime_error("unknown model name '" + name + "' (valid: " + valid + ")");
+    RANZCR_FAIL("unknown model name '", name, "' (valid: ", valid, ")");
   }
   return it->second(spec);
 }

@@ -9,8 +9,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/check.h"
+#include "core/printable.h"
 #include "data/image_pipeline.h"
-#include "data/printable.h"
 
 namespace ranzcr {
 
@@ -121,8 +122,8 @@ void check_printable(const std::string& key, const std::string& value, const std
   const auto bad = std::find_if(value.begin(), value.end(),
                                 [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
   if (bad == value.end()) return;
-  throw std::runtime_error("config key '" + key + "' at " + where + ": holds a control character (" +
-                           printable(std::string(1, *bad)) + "), expected printable text");
+  RANZCR_FAIL("config key '", key, "' at ", where, ": holds a control character (",
+              printable(std::string(1, *bad)), "), expected printable text");
 }
 
 template <class T>
@@ -134,6 +135,9 @@ std::string type_name() {
   if constexpr (std::is_same_v<T, std::vector<std::string>>) return "a list of strings";
   if constexpr (std::is_same_v<T, std::vector<double>>) return "a list of numbers";
   if constexpr (std::is_enum_v<T>) return setting_choices<T>();
+  if constexpr (std::is_same_v<T, DeviceSetting>) return "auto, cpu, cuda or cuda:N";
+  if constexpr (std::is_same_v<T, ProcessCount>) return "a positive integer or auto";
+  if constexpr (std::is_same_v<T, InitMethod>) return "env://, tcp://host:port or file:///path";
   return "a value";
 }
 
@@ -156,8 +160,8 @@ void check_unknown(const YAML::Node& node, const std::string& prefix, const std:
     if (leaves.count(key)) continue;
     if (sections.count(key)) {
       if (!it->second.IsMap() && !it->second.IsNull())
-        throw std::runtime_error("config key '" + key + "' at " + src.where(key, it->second) +
-                                 ": expected a section (a map of keys)");
+        RANZCR_FAIL("config key '", key, "' at ", src.where(key, it->second),
+                    ": expected a section (a map of keys)");
       if (it->second.IsMap()) check_unknown(it->second, key, leaves, sections, src);
       continue;
     }
@@ -166,9 +170,8 @@ void check_unknown(const YAML::Node& node, const std::string& prefix, const std:
       const bool same_section = l.rfind(prefix.empty() ? "" : prefix + ".", 0) == 0;
       if (same_section) valid += (valid.empty() ? "" : ", ") + l;
     }
-    throw std::runtime_error("unknown config key '" + key + "' at " + src.where(key, it->first) +
-                             " (valid keys" + (prefix.empty() ? "" : " under '" + prefix + "'") + ": " +
-                             valid + ")");
+    RANZCR_FAIL("unknown config key '", key, "' at ", src.where(key, it->first), " (valid keys",
+                (prefix.empty() ? "" : " under '" + prefix + "'"), ": ", valid, ")");
   }
 }
 
@@ -197,7 +200,7 @@ void set_path(YAML::Node node, const std::vector<std::string>& parts, size_t i, 
 
 Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& overrides) {
   if (root.IsNull() || !root.IsDefined()) root = YAML::Node(YAML::NodeType::Map);
-  if (!root.IsMap()) throw std::runtime_error(src.origin + ": expected a YAML map of config keys at the top");
+  RANZCR_CHECK(root.IsMap(), src.origin, ": expected a YAML map of config keys at the top");
   Config config;
   std::set<std::string> leaves, sections;
   visit_fields(config, [&](const std::string& key, auto&) {
@@ -207,18 +210,16 @@ Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& o
   });
   for (const auto& ov : overrides) {
     const auto eq = ov.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw std::runtime_error("--set " + ov + ": expected key=value, for example --set train.epochs=3");
+    RANZCR_CHECK(eq != std::string::npos && eq != 0, "--set ", ov,
+                 ": expected key=value, for example --set train.epochs=3");
     const std::string key = ov.substr(0, eq);
-    if (!leaves.count(key)) {
-      throw std::runtime_error("--set " + ov + ": unknown config key '" + key +
-                               "' (run `ranzcr train --help` or see configs/ for the valid keys)");
-    }
+    RANZCR_CHECK(leaves.count(key), "--set ", ov, ": unknown config key '", key,
+                 "' (run `ranzcr train --help` or see configs/ for the valid keys)");
     YAML::Node value;
     try {
       value = YAML::Load(ov.substr(eq + 1));
     } catch (const YAML::Exception& e) {
-      throw std::runtime_error("--set " + ov + ": value is not valid YAML: " + e.msg);
+      RANZCR_FAIL("--set ", ov, ": value is not valid YAML: ", e.msg);
     }
     set_path(root, split_dots(key), 0, value);
     src.overridden[key] = ov;
@@ -234,11 +235,14 @@ Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& o
       } else {
         if (!node.IsScalar()) throw YAML::BadConversion(node.Mark());
       }
-      if constexpr (std::is_enum_v<T>) {
+      if constexpr (std::is_enum_v<T> || TextSetting<T>::value) {
         try {
-          field = parse_setting<T>(key, node.Scalar());
+          if constexpr (std::is_enum_v<T>)
+            field = parse_setting<T>(key, node.Scalar());
+          else
+            field = TextSetting<T>::parse(node.Scalar());
         } catch (const std::runtime_error& e) {
-          throw std::runtime_error("config: " + std::string(e.what()) + " (" + src.where(key, node) + ")");
+          RANZCR_FAIL("config: ", e.what(), " (", src.where(key, node), ")");
         }
       } else {
         field = node.as<T>();
@@ -251,8 +255,8 @@ Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& o
       std::string got = node.IsScalar()     ? "'" + node.Scalar() + "'"
                         : node.IsSequence() ? std::string("a list")
                                             : std::string("a map");
-      throw std::runtime_error("config key '" + key + "' at " + src.where(key, node) + ": expected " +
-                               type_name<T>() + ", got " + got);
+      RANZCR_FAIL("config key '", key, "' at ", src.where(key, node), ": expected ", type_name<T>(), ", got ",
+                  got);
     }
   });
   validate_config(config);
@@ -267,19 +271,19 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   try {
     root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
-    throw std::runtime_error(origin + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " +
-                             printable(e.msg, 400));  // yaml-cpp quotes the bad character
+    RANZCR_FAIL(origin, ":", e.mark.line + 1,
+                ": invalid YAML: ", printable(e.msg, 400));  // yaml-cpp quotes the bad character
   }
   try {
     return parse_tree(root, Source{origin, {}}, overrides);
   } catch (const std::runtime_error& e) {  // its messages quote keys and values of the file: one line each
-    throw std::runtime_error(printable(e.what(), 4000));
+    RANZCR_FAIL(e.what());
   }
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("config file not found or unreadable: " + path);
+  RANZCR_CHECK(in, "config file not found or unreadable: ", path);
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_config(ss.str(), path, overrides);
@@ -289,8 +293,11 @@ std::string config_to_yaml(const Config& config) {
   Config copy = config;
   YAML::Node root(YAML::NodeType::Map);
   visit_fields(copy, [&](const std::string& key, auto& field) {
-    if constexpr (std::is_enum_v<std::decay_t<decltype(field)>>)
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_enum_v<T>)
       set_path(root, split_dots(key), 0, YAML::Node(setting_name(field)));
+    else if constexpr (TextSetting<T>::value)
+      set_path(root, split_dots(key), 0, YAML::Node(setting_text(field)));
     else
       set_path(root, split_dots(key), 0, YAML::Node(field));
   });
@@ -306,28 +313,53 @@ std::vector<std::string> config_keys() {
   return keys;
 }
 
-DeviceSetting parse_device_setting(const std::string& value) {
+DeviceSetting parse_device_setting(const std::string& text) {
   DeviceSetting d;
-  if (value == "auto" || value == "cpu" || value == "cuda") {
-    d.type = value;
+  if (text == "auto") return d;
+  if (text == "cpu" || text == "cuda") {
+    d.kind = text == "cpu" ? DeviceSetting::Kind::kCpu : DeviceSetting::Kind::kCuda;
     return d;
   }
-  const std::string digits = value.rfind("cuda:", 0) == 0 ? value.substr(5) : "";
-  if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos)
-    throw std::runtime_error(
-        "config: train.device must be auto, cpu, cuda or cuda:N (N a GPU index, 0 or more), got '" + value +
-        "'");
-  d.type = "cuda";
+  const std::string digits = text.rfind("cuda:", 0) == 0 ? text.substr(5) : "";
+  RANZCR_CHECK(
+      !digits.empty() && digits.size() <= 4 && digits.find_first_not_of("0123456789") == std::string::npos,
+      "train.device must be auto, cpu, cuda or cuda:N (N a GPU index, 0 or more), got '", text, "'");
+  d.kind = DeviceSetting::Kind::kCuda;
   d.index = std::stoi(digits);
   return d;
 }
 
-namespace {
-
-// A user error in the config when `ok` is false: "config: <what>".
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error("config: " + what);
+std::string setting_text(const DeviceSetting& device) {
+  switch (device.kind) {
+    case DeviceSetting::Kind::kCpu:
+      return "cpu";
+    case DeviceSetting::Kind::kCuda:
+      return device.index < 0 ? "cuda" : "cuda:" + std::to_string(device.index);
+    case DeviceSetting::Kind::kAuto:
+      break;
+  }
+  return "auto";
 }
+
+ProcessCount parse_process_count(const std::string& text) {
+  ProcessCount n;
+  if (text == "auto") {
+    n.automatic = true;
+    return n;
+  }
+  const bool digits =
+      !text.empty() && text.size() < 5 && text.find_first_not_of("0123456789") == std::string::npos;
+  RANZCR_CHECK(digits && std::stoi(text) >= 1,
+               "distributed.nproc_per_node must be a positive integer or auto, got '", text, "'");
+  n.count = std::stoi(text);
+  return n;
+}
+
+std::string setting_text(const ProcessCount& count) {
+  return count.automatic ? "auto" : std::to_string(count.count);
+}
+
+namespace {
 
 // data.image_size, data.cache and data.cache_size and the augmentation's ranges: what preparing and
 // augmenting an image relies on (finite ranges, a positive zoom, a prepared side a cache can hold).
@@ -339,81 +371,89 @@ void validate_image_options(const DataConfig& d) {
     return o.str();
   };
   const AugmentConfig& a = d.augment;
-  require(in(a.rotate_deg, 0, 360),
-          "data.augment.rotate_deg must be 0 to 360 (degrees), got " + str(a.rotate_deg));
-  require(in(a.shift, 0, 1), "data.augment.shift must be 0 to 1 (of the image side), got " + str(a.shift));
-  require(in(a.scale, 0, 0.9), "data.augment.scale must be 0 to 0.9 (zoom range), got " + str(a.scale));
-  require(in(a.brightness, 0, 1), "data.augment.brightness must be 0 to 1, got " + str(a.brightness));
-  require(in(a.contrast, 0, 1), "data.augment.contrast must be 0 to 1, got " + str(a.contrast));
-  require(d.image_size >= 16 && d.image_size <= kMaxPreparedSide,
-          "data.image_size must be 16 to 16384, got " + std::to_string(d.image_size));
-  require(!d.cache.empty(), "data.cache must be off, on or a folder, got ''");
-  require(d.cache_size == 0 || (d.cache_size >= d.image_size && d.cache_size <= kMaxPreparedSide),
-          "data.cache_size must be 0 (automatic) or from data.image_size (" + std::to_string(d.image_size) +
-              ") to 16384, got " + std::to_string(d.cache_size));
+  RANZCR_CHECK(in(a.rotate_deg, 0, 360),
+               "config: ", "data.augment.rotate_deg must be 0 to 360 (degrees), got " + str(a.rotate_deg));
+  RANZCR_CHECK(in(a.shift, 0, 1),
+               "config: ", "data.augment.shift must be 0 to 1 (of the image side), got " + str(a.shift));
+  RANZCR_CHECK(in(a.scale, 0, 0.9),
+               "config: ", "data.augment.scale must be 0 to 0.9 (zoom range), got " + str(a.scale));
+  RANZCR_CHECK(in(a.brightness, 0, 1),
+               "config: ", "data.augment.brightness must be 0 to 1, got " + str(a.brightness));
+  RANZCR_CHECK(in(a.contrast, 0, 1),
+               "config: ", "data.augment.contrast must be 0 to 1, got " + str(a.contrast));
+  RANZCR_CHECK(d.image_size >= 16 && d.image_size <= kMaxPreparedSide,
+               "config: ", "data.image_size must be 16 to 16384, got " + std::to_string(d.image_size));
+  RANZCR_CHECK(!d.cache.empty(), "config: ", "data.cache must be off, on or a folder, got ''");
+  RANZCR_CHECK(d.cache_size == 0 || (d.cache_size >= d.image_size && d.cache_size <= kMaxPreparedSide),
+               "config: ",
+               "data.cache_size must be 0 (automatic) or from data.image_size (" +
+                   std::to_string(d.image_size) + ") to 16384, got " + std::to_string(d.cache_size));
   const int side = prepare_options(d).side;
-  require(side <= kMaxPreparedSide, "data.image_size " + std::to_string(d.image_size) +
-                                        " with its zoom margin (data.augment.scale) prepares images of " +
-                                        std::to_string(side) + " px, at most 16384: set data.cache_size");
+  RANZCR_CHECK(side <= kMaxPreparedSide, "config: ",
+               "data.image_size " + std::to_string(d.image_size) +
+                   " with its zoom margin (data.augment.scale) prepares images of " + std::to_string(side) +
+                   " px, at most 16384: set data.cache_size");
 }
 
 }  // namespace
 
 void validate_config(const Config& c) {
   validate_image_options(c.data);
-  require(c.data.val_fraction > 0.0 && c.data.val_fraction < 1.0,
-          "data.val_fraction must be in (0, 1), got " + std::to_string(c.data.val_fraction));
-  require(c.data.folds == 0 || c.data.folds >= 2, "data.folds must be 0 (off) or at least 2");
-  require(c.data.folds == 0 || (c.data.fold >= 0 && c.data.fold < c.data.folds),
-          "data.fold must be in [0, data.folds)");
-  require(c.data.num_workers >= 1, "data.num_workers must be at least 1");
-  require(c.data.prefetch_batches >= 1, "data.prefetch_batches must be at least 1");
-  require(c.data.dicom.timeout_seconds > 0 && c.data.dicom.timeout_seconds <= 3600,
-          "data.dicom.timeout_seconds must be above 0 and at most 3600 (seconds per DICOM image)");
-  require(c.data.dicom.memory_limit_mb >= 256 && c.data.dicom.memory_limit_mb <= (1 << 20),
-          "data.dicom.memory_limit_mb must be 256 to 1048576 (the DICOM decoder's memory, MiB)");
-  require(c.synth.num_images >= 10, "synth.num_images must be at least 10");
-  require(c.synth.image_size >= 64, "synth.image_size must be at least 64");
-  require(c.model.in_channels == 1 || c.model.in_channels == 3, "model.in_channels must be 1 or 3");
-  require(c.model.dropout >= 0.0 && c.model.dropout < 1.0, "model.dropout must be in [0, 1)");
-  require(std::isfinite(c.model.aux_seg_weight) && c.model.aux_seg_weight >= 0.0,
-          "model.aux_seg_weight must be >= 0 (0 = off)");
-  require(c.model.aux_seg_weight == 0.0 || !c.data.annotations_csv.empty(),
-          "data.annotations_csv must name a file when model.aux_seg_weight > 0");
+  RANZCR_CHECK(c.data.val_fraction > 0.0 && c.data.val_fraction < 1.0,
+               "config: ", "data.val_fraction must be in (0, 1), got " + std::to_string(c.data.val_fraction));
+  RANZCR_CHECK(c.data.folds == 0 || c.data.folds >= 2,
+               "config: ", "data.folds must be 0 (off) or at least 2");
+  RANZCR_CHECK(c.data.folds == 0 || (c.data.fold >= 0 && c.data.fold < c.data.folds),
+               "config: ", "data.fold must be in [0, data.folds)");
+  RANZCR_CHECK(c.data.num_workers >= 1, "config: ", "data.num_workers must be at least 1");
+  RANZCR_CHECK(c.data.prefetch_batches >= 1, "config: ", "data.prefetch_batches must be at least 1");
+  RANZCR_CHECK(c.data.dicom.timeout_seconds > 0 && c.data.dicom.timeout_seconds <= 3600, "config: ",
+               "data.dicom.timeout_seconds must be above 0 and at most 3600 (seconds per DICOM image)");
+  RANZCR_CHECK(c.data.dicom.memory_limit_mb >= 256 && c.data.dicom.memory_limit_mb <= (1 << 20), "config: ",
+               "data.dicom.memory_limit_mb must be 256 to 1048576 (the DICOM decoder's memory, MiB)");
+  RANZCR_CHECK(c.synth.num_images >= 10, "config: ", "synth.num_images must be at least 10");
+  RANZCR_CHECK(c.synth.image_size >= 64, "config: ", "synth.image_size must be at least 64");
+  RANZCR_CHECK(c.model.in_channels == 1 || c.model.in_channels == 3,
+               "config: ", "model.in_channels must be 1 or 3");
+  RANZCR_CHECK(c.model.dropout >= 0.0 && c.model.dropout < 1.0,
+               "config: ", "model.dropout must be in [0, 1)");
+  RANZCR_CHECK(std::isfinite(c.model.aux_seg_weight) && c.model.aux_seg_weight >= 0.0,
+               "config: ", "model.aux_seg_weight must be >= 0 (0 = off)");
+  RANZCR_CHECK(c.model.aux_seg_weight == 0.0 || !c.data.annotations_csv.empty(),
+               "config: ", "data.annotations_csv must name a file when model.aux_seg_weight > 0");
   for (const auto* key : {"model.input_mean", "model.input_std"}) {
     const auto& values = std::string(key) == "model.input_mean" ? c.model.input_mean : c.model.input_std;
-    require(values.size() == 1 || static_cast<int>(values.size()) == c.model.in_channels,
-            std::string(key) + " must hold 1 or model.in_channels (" + std::to_string(c.model.in_channels) +
-                ") numbers, got " + std::to_string(values.size()));
-    for (double v : values) require(std::isfinite(v), std::string(key) + " must hold finite numbers");
+    RANZCR_CHECK(values.size() == 1 || static_cast<int>(values.size()) == c.model.in_channels, "config: ",
+                 std::string(key) + " must hold 1 or model.in_channels (" +
+                     std::to_string(c.model.in_channels) + ") numbers, got " + std::to_string(values.size()));
+    for (double v : values)
+      RANZCR_CHECK(std::isfinite(v), "config: ", std::string(key) + " must hold finite numbers");
   }
-  for (double v : c.model.input_std) require(v > 0.0, "model.input_std must be positive");
-  require(c.optim.lr > 0.0, "optim.lr must be positive");
-  require(c.optim.warmup_epochs >= 0.0, "optim.warmup_epochs must be >= 0");
-  require(c.optim.grad_clip >= 0.0, "optim.grad_clip must be >= 0");
-  require(c.train.epochs >= 1, "train.epochs must be at least 1");
-  require(c.train.batch_size >= 1, "train.batch_size must be at least 1");
-  require(c.train.accum_steps >= 1, "train.accum_steps must be at least 1");
-  require(c.train.eval_batch_size >= 1, "train.eval_batch_size must be at least 1");
-  require(c.train.num_threads >= 0, "train.num_threads must be >= 0");
-  require(c.train.early_stop_patience >= 0, "train.early_stop_patience must be >= 0");
-  require(c.train.ema_decay >= 0.0 && c.train.ema_decay < 1.0, "train.ema_decay must be in [0, 1) (0 = off)");
-  const DeviceSetting device = parse_device_setting(c.train.device);
-  require(
-      !(device.type == "cpu" && c.distributed.backend == BackendSetting::kNccl),
+  for (double v : c.model.input_std) RANZCR_CHECK(v > 0.0, "config: ", "model.input_std must be positive");
+  RANZCR_CHECK(c.optim.lr > 0.0, "config: ", "optim.lr must be positive");
+  RANZCR_CHECK(c.optim.warmup_epochs >= 0.0, "config: ", "optim.warmup_epochs must be >= 0");
+  RANZCR_CHECK(c.optim.grad_clip >= 0.0, "config: ", "optim.grad_clip must be >= 0");
+  RANZCR_CHECK(c.train.epochs >= 1, "config: ", "train.epochs must be at least 1");
+  RANZCR_CHECK(c.train.batch_size >= 1, "config: ", "train.batch_size must be at least 1");
+  RANZCR_CHECK(c.train.accum_steps >= 1, "config: ", "train.accum_steps must be at least 1");
+  RANZCR_CHECK(c.train.eval_batch_size >= 1, "config: ", "train.eval_batch_size must be at least 1");
+  RANZCR_CHECK(c.train.num_threads >= 0, "config: ", "train.num_threads must be >= 0");
+  RANZCR_CHECK(c.train.early_stop_patience >= 0, "config: ", "train.early_stop_patience must be >= 0");
+  RANZCR_CHECK(c.train.ema_decay >= 0.0 && c.train.ema_decay < 1.0,
+               "config: ", "train.ema_decay must be in [0, 1) (0 = off)");
+  RANZCR_CHECK(
+      !(c.train.device.kind == DeviceSetting::Kind::kCpu && c.distributed.backend == BackendSetting::kNccl),
+      "config: ",
       "distributed.backend nccl needs GPUs, but train.device is cpu (use distributed.backend gloo or auto)");
-  require(!c.synth.generate_if_missing || !c.synth.root.empty(),
-          "synth.generate_if_missing needs synth.root (the folder the synthetic data set is generated in)");
-  const auto& n = c.distributed.nproc_per_node;
-  require(n == "auto" || (!n.empty() && n.size() < 5 &&
-                          n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) >= 1),
-          "distributed.nproc_per_node must be a positive integer or auto, got '" + n + "'");
-  require(c.distributed.timeout_seconds > 0, "distributed.timeout_seconds must be positive");
-  require(c.distributed.bucket_mb > 0, "distributed.bucket_mb must be positive");
-  require(c.distributed.grace_seconds >= 0, "distributed.grace_seconds must be >= 0");
-  require(c.output.keep_every >= 0, "output.keep_every must be >= 0");
-  require(c.output.keep_best_k >= 0, "output.keep_best_k must be >= 0");
-  require(!c.output.dir.empty(), "output.dir must not be empty");
+  RANZCR_CHECK(
+      !c.synth.generate_if_missing || !c.synth.root.empty(), "config: ",
+      "synth.generate_if_missing needs synth.root (the folder the synthetic data set is generated in)");
+  RANZCR_CHECK(c.distributed.timeout_seconds > 0, "config: ", "distributed.timeout_seconds must be positive");
+  RANZCR_CHECK(c.distributed.bucket_mb > 0, "config: ", "distributed.bucket_mb must be positive");
+  RANZCR_CHECK(c.distributed.grace_seconds >= 0, "config: ", "distributed.grace_seconds must be >= 0");
+  RANZCR_CHECK(c.output.keep_every >= 0, "config: ", "output.keep_every must be >= 0");
+  RANZCR_CHECK(c.output.keep_best_k >= 0, "config: ", "output.keep_best_k must be >= 0");
+  RANZCR_CHECK(!c.output.dir.empty(), "config: ", "output.dir must not be empty");
 }
 
 }  // namespace ranzcr

@@ -2,12 +2,15 @@
 // Every field has a default; configs/quickstart.yaml and configs/ranzcr.yaml document each key.
 #pragma once
 
+#include "core/check.h"
 #include "data/data_config.h"
+#include "distributed/init_method.h"
 
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -75,8 +78,50 @@ E parse_setting(const std::string& key, const std::string& text) {
   const auto& names = setting_names<E>();
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == text) return static_cast<E>(i);
-  throw std::runtime_error(key + " must be " + setting_choices<E>() + ", got '" + text + "'");
+  RANZCR_FAIL(key, " must be ", setting_choices<E>(), ", got '", text, "'");
 }
+
+/// train.device: auto (this rank's GPU when one is visible, else the CPU) | cpu | cuda (this rank's GPU) |
+/// cuda:N. Parsed once, by parse_device_setting, when the config is read; engine/runtime/placement.h
+/// turns it into this process's device.
+struct DeviceSetting {
+  enum class Kind { kAuto, kCpu, kCuda };
+  Kind kind = Kind::kAuto;
+  int index = -1;  // N of cuda:N; -1 otherwise
+  bool operator==(const DeviceSetting& o) const { return kind == o.kind && index == o.index; }
+};
+/// The one parser of train.device. Throws std::runtime_error "train.device must be auto, cpu, cuda or
+/// cuda:N (...), got '<text>'".
+DeviceSetting parse_device_setting(const std::string& text);
+/// "auto", "cpu", "cuda" or "cuda:N".
+std::string setting_text(const DeviceSetting& device);
+
+/// distributed.nproc_per_node: a count of worker processes on this node, or auto (one per visible GPU).
+struct ProcessCount {
+  bool automatic = false;
+  int count = 1;  // when not automatic: 1 or more
+  bool operator==(const ProcessCount& o) const { return automatic == o.automatic && count == o.count; }
+};
+/// The one parser of distributed.nproc_per_node: "auto" or a positive integer (at most 9999).
+ProcessCount parse_process_count(const std::string& text);
+/// "auto" or the count.
+std::string setting_text(const ProcessCount& count);
+
+/// Settings written as one YAML scalar with their own parser (the field table reads and writes them).
+template <class T>
+struct TextSetting : std::false_type {};
+template <>
+struct TextSetting<DeviceSetting> : std::true_type {
+  static DeviceSetting parse(const std::string& text) { return parse_device_setting(text); }
+};
+template <>
+struct TextSetting<ProcessCount> : std::true_type {
+  static ProcessCount parse(const std::string& text) { return parse_process_count(text); }
+};
+template <>
+struct TextSetting<InitMethod> : std::true_type {
+  static InitMethod parse(const std::string& text) { return parse_init_method(text); }
+};
 
 struct ModelConfig {
   std::string name = "resnet18";  // registry name (see `ranzcr models`)
@@ -117,13 +162,13 @@ struct TrainConfig {
   OnOffAuto channels_last = OnOffAuto::kAuto;   // auto | true | false: NHWC conv layout (auto: on for CUDA)
   ResumeSetting resume = ResumeSetting::kAuto;  // auto: continue output.dir's checkpoints/last.pt | never
   double ema_decay = 0.0;                       // EMA of the weights (timm ModelEmaV3 with warm-up); 0 = off
-  std::string device = "auto";  // auto | cpu | cuda | cuda:N (auto: this rank's GPU when one is visible)
+  DeviceSetting device;                         // auto | cpu | cuda | cuda:N
 };
 
 struct DistributedConfig {
-  std::string nproc_per_node = "1";                // worker processes on this node: N or auto
+  ProcessCount nproc_per_node;                     // worker processes on this node: N or auto
   BackendSetting backend = BackendSetting::kAuto;  // auto | gloo | nccl
-  std::string init_method = "env://";   // env:// (MASTER_ADDR/PORT) | tcp://host:port | file:///path
+  InitMethod init_method;               // env:// (MASTER_ADDR/PORT) | tcp://host:port | file:///path
   double timeout_seconds = 300.0;       // rendezvous and collective timeout
   double bucket_mb = 25.0;              // gradient all-reduce bucket size, MiB
   BnSync bn_sync = BnSync::kBroadcast;  // BatchNorm buffers: broadcast (from rank 0) | average
@@ -162,15 +207,6 @@ std::string config_to_yaml(const Config& config);
 
 /// Every valid dotted key, in declaration order.
 std::vector<std::string> config_keys();
-
-/// train.device parsed: type "auto", "cpu" or "cuda"; `index` is N of cuda:N (-1 otherwise).
-struct DeviceSetting {
-  std::string type = "auto";
-  int index = -1;
-};
-/// Parses a train.device value. Throws std::runtime_error naming train.device for anything but auto, cpu,
-/// cuda or cuda:N (N a GPU index >= 0).
-DeviceSetting parse_device_setting(const std::string& value);
 
 /// Semantic checks that span several fields (positive sizes, known optimizer, ...).
 void validate_config(const Config& config);

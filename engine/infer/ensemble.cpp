@@ -1,5 +1,5 @@
 #include "engine/infer/ensemble.h"
-#include "engine/config/check.h"
+#include "core/check.h"
 
 #include <torch/torch.h>
 
@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "engine/io/run_folder.h"
 #include "engine/runtime/precision.h"
 
 namespace fs = std::filesystem;
@@ -47,7 +48,7 @@ std::vector<std::string> checkpoints_in(const std::string& run_dir) {
   std::map<int, std::string> folds;
   for (const auto& e : fs::directory_iterator(run_dir)) {
     const int k = e.is_directory() ? fold_number(e.path().filename().string()) : -1;
-    if (k >= 0) folds[k] = (e.path() / "checkpoints" / "best.pt").string();
+    if (k >= 0) folds[k] = run_folder::best_checkpoint(e.path().string());
   }
   std::vector<std::string> out;
   for (const auto& [k, path] : folds) {
@@ -56,7 +57,7 @@ std::vector<std::string> checkpoints_in(const std::string& run_dir) {
     out.push_back(path);
   }
   if (!out.empty()) return out;
-  const std::string best = (fs::path(run_dir) / "checkpoints" / "best.pt").string();
+  const std::string best = run_folder::best_checkpoint(run_dir);
   if (!fs::exists(best)) RANZCR_FAIL(run_dir, " holds no checkpoints/best.pt nor fold_K/checkpoints/best.pt");
   return {best};
 }
@@ -100,10 +101,6 @@ EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberO
 
 torch::Tensor member_probabilities(const torch::Tensor& logits, bool single) {
   return single ? torch::sigmoid(logits).to(torch::kDouble) : torch::sigmoid(logits.to(torch::kDouble));
-}
-
-double probability_bce(const torch::Tensor& probs, const torch::Tensor& labels) {
-  return torch::binary_cross_entropy(probs.to(torch::kDouble), labels.to(torch::kDouble)).item<double>();
 }
 
 }  // namespace ranzcr

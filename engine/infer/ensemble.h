@@ -49,8 +49,4 @@ EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberO
 /// taken in float32 for a lone model (`single`, as before ensembles), in float64 for an ensemble's member.
 torch::Tensor member_probabilities(const torch::Tensor& logits, bool single);
 
-/// Binary cross-entropy of probabilities `probs` [N, C] against 0/1 `labels` (mean over all entries),
-/// the loss of an ensemble (one model: use its logits instead, binary_cross_entropy_with_logits).
-double probability_bce(const torch::Tensor& probs, const torch::Tensor& labels);
-
 }  // namespace ranzcr

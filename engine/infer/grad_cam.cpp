@@ -11,9 +11,9 @@
 #include <memory>
 #include <unordered_map>
 
+#include "core/check.h"
 #include "data/batch_loader.h"
 #include "data/csv.h"
-#include "engine/config/check.h"
 #include "engine/infer/inference.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/trained_model.h"

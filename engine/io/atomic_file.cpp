@@ -7,7 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "engine/config/check.h"
+#include "core/check.h"
 
 namespace fs = std::filesystem;
 

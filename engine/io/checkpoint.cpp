@@ -3,6 +3,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <iomanip>
@@ -10,7 +11,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "engine/config/check.h"
+#include "core/check.h"
 #include "engine/io/torch_pickle.h"
 #include "engine/io/zip_check.h"
 
@@ -20,6 +21,7 @@ namespace ranzcr {
 namespace {
 
 constexpr const char* kFormatVersionKey = "ranzcr_format_version";
+constexpr const char* kValuesKey = "values";  // the sub-archive of CheckpointValues
 
 // Required: a checkpoint without it is refused. Optional: added after files were written without it
 // (within the same format version); such files read as the field's default, as do ones holding another
@@ -83,7 +85,7 @@ c10::IValue encode(const std::vector<std::string>& v) {
 // and leaves it, or, when `strict` (required keys), throws std::runtime_error saying what it holds (read_meta
 // adds the file and key). IValue's own toInt() etc. would fail with an internal assertion instead.
 bool wrong_type(const c10::IValue& v, bool strict, const char* expected) {
-  if (strict) throw std::runtime_error(std::string("holds a ") + v.tagKind() + ", expected " + expected);
+  if (strict) RANZCR_FAIL("holds a ", v.tagKind(), ", expected ", expected);
   return false;
 }
 bool decode(const c10::IValue& v, int64_t& field, bool strict) {
@@ -150,6 +152,26 @@ void write_meta(torch::serialize::OutputArchive& archive, const CheckpointMeta& 
     if (presence == Presence::Optional && !has_value(field)) return;
     write_field(archive, key, field);
   });
+}
+
+// Whether `name` is a CheckpointValues name: [a-z][a-z0-9_]* with one '_' at least.
+bool valid_value_name(const std::string& name) {
+  auto allowed = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; };
+  return !name.empty() && name[0] >= 'a' && name[0] <= 'z' && name.find('_') != std::string::npos &&
+         std::all_of(name.begin(), name.end(), allowed);
+}
+
+// The values as attributes of one sub-archive; none written when there are none.
+void write_values(torch::serialize::OutputArchive& archive, const CheckpointValues& values) {
+  if (values.empty()) return;
+  torch::serialize::OutputArchive sub;
+  for (const auto& entry : values) {
+    const std::string& name = entry.first;
+    TORCH_CHECK(valid_value_name(name), "checkpoint value name '", name,
+                "' is not lower-case letters, digits and '_' with a letter first and one '_' at least");
+    std::visit([&](auto v) { sub.write(name, encode(v)); }, entry.second);
+  }
+  archive.write(kValuesKey, sub);
 }
 
 // Whether TorchScript source `code` defines a function or method: the word "def" anywhere.
@@ -258,7 +280,8 @@ std::string epoch_checkpoint_path(const std::string& dir, const std::string& pre
 }
 
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                                 torch::optim::Optimizer* optimizer, const CheckpointParts& parts) {
+                                 torch::optim::Optimizer* optimizer, const CheckpointParts& parts,
+                                 const CheckpointValues& values) {
   torch::serialize::OutputArchive archive;
   write_meta(archive, meta);
   auto write_part = [&](const char* key, const auto* part) {  // a module or the optimizer, when there is one
@@ -270,6 +293,7 @@ std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& 
   write_part("model", &model);
   write_part("optimizer", optimizer);
   for (const auto& [name, module] : parts) write_part(name.c_str(), module);
+  write_values(archive, values);
   std::ostringstream bytes;
   archive.save_to(bytes);
   return bytes.str();
@@ -340,6 +364,28 @@ void CheckpointReader::restore_part(const std::string& name, const std::string& 
     RANZCR_FAIL(path_, ": the checkpoint's ", what, " do not match the model '", meta_.model_name,
                 "': ", e.what_without_backtrace());
   }
+}
+
+template <typename T>
+std::optional<T> CheckpointReader::read_value(const std::string& name) {
+  torch::serialize::InputArchive values;
+  c10::IValue v;
+  if (!archive_.try_read(kValuesKey, values) || !values.try_read(name, v)) return std::nullopt;
+  T value{};
+  try {
+    decode(v, value, /*strict=*/true);
+  } catch (const std::runtime_error& e) {
+    RANZCR_FAIL(path_, ": checkpoint value '", name, "' ", e.what());
+  }
+  return value;
+}
+
+std::optional<int64_t> CheckpointReader::int_value(const std::string& name) {
+  return read_value<int64_t>(name);
+}
+
+std::optional<double> CheckpointReader::double_value(const std::string& name) {
+  return read_value<double>(name);
 }
 
 }  // namespace ranzcr

@@ -1,5 +1,6 @@
 // Self-describing checkpoints: format version, resolved config, label names, epoch/step, best metric,
-// model parameters and buffers, optimizer state. Written atomically (temporary file, fsync, rename).
+// model parameters and buffers, optimizer state, and what training features keep (modules and plain
+// values). Written atomically (temporary file, fsync, rename).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -7,8 +8,11 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/types.h>
 
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "engine/io/atomic_file.h"
@@ -31,8 +35,10 @@ struct CheckpointMeta {
   int64_t batch_size = 0;          // per process
   double loss_scale = 0.0;         // fp16 loss scaler's scale (0 = no scaler)
   int64_t loss_scale_growth = 0;   // fp16 loss scaler's clean steps since its last change
-  int64_t epochs_since_best = 0;   // epochs without a better best_metric (early stopping)
-  double epoch_metric = -1;        // the validation metric of the epoch that wrote it (-1 = mid-epoch)
+  // Epochs without a better best_metric: early stopping's count (early_stop_feature.cpp), kept here for
+  // readers of the meta alone (checkpoints written before feature values hold it only here).
+  int64_t epochs_since_best = 0;
+  double epoch_metric = -1;  // the validation metric of the epoch that wrote it (-1 = mid-epoch)
   /// Mid-epoch saves: every rank's random generator state (uint8 [world_size, state bytes]), so that
   /// dropout and other random ops continue exactly where they were. Undefined at epoch ends.
   torch::Tensor rng_states;
@@ -45,9 +51,20 @@ struct CheckpointMeta {
 /// inference prefers), the training-only auxiliary head ("aux_head"). Inference reads the model alone.
 using CheckpointParts = std::vector<std::pair<std::string, torch::nn::Module*>>;
 
-/// The checkpoint file's bytes: meta, model, optimizer (may be null) and `parts`.
+/// A plain value saved beside the modules: a count or a number.
+using CheckpointValue = std::variant<int64_t, double>;
+/// Plain values by name, saved in the sub-archive "values": what training features keep beside their
+/// modules (early stopping's count). A name is the feature's and the value's joined by '_'
+/// ("early_stop_epochs_since_best"): lower-case letters, digits and '_', a letter first, one '_' at least
+/// (so that no name is a TorchScript keyword or a module's own attribute). Readers that know no values
+/// ignore them.
+using CheckpointValues = std::map<std::string, CheckpointValue>;
+
+/// The checkpoint file's bytes: meta, model, optimizer (may be null), `parts` and `values` (a value's name
+/// not of the form above is a programming error: c10::Error).
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                                 torch::optim::Optimizer* optimizer, const CheckpointParts& parts = {});
+                                 torch::optim::Optimizer* optimizer, const CheckpointParts& parts = {},
+                                 const CheckpointValues& values = {});
 
 /// Writes model, optimizer (may be null) and meta to `path` atomically.
 void save_checkpoint(const std::string& path, const CheckpointMeta& meta, torch::nn::Module& model,
@@ -60,6 +77,7 @@ class CheckpointReader {
  public:
   explicit CheckpointReader(const std::string& path, const torch::Device& device = torch::kCPU);
   const CheckpointMeta& meta() const { return meta_; }
+  const std::string& path() const { return path_; }
   /// Restores model (and optimizer when non-null) state; tensors land on the reader's device.
   void restore(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
   /// Restores the optimizer's state alone (after the model's, and those of modules trained beside it).
@@ -72,10 +90,16 @@ class CheckpointReader {
   bool has_ema() { return has_part("ema"); }
   /// Restores the EMA weights into `module` (a model of the checkpoint's architecture).
   void restore_ema(torch::nn::Module& module) { restore_part("ema", "EMA weights", module); }
+  /// The plain value `name` (see CheckpointValues); nullopt when the checkpoint lacks it (one written
+  /// before it was saved). Throws std::runtime_error naming the file when it holds another type.
+  std::optional<int64_t> int_value(const std::string& name);
+  std::optional<double> double_value(const std::string& name);
 
  private:
   template <typename Load>
   void load_or_explain(Load&& load);
+  template <typename T>
+  std::optional<T> read_value(const std::string& name);
 
   std::string path_;
   torch::serialize::InputArchive archive_;

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/config/check.h"
+#include "core/check.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/weight_file.h"
 #include "engine/runtime/precision.h"
@@ -131,7 +131,7 @@ Matching match(const ModelTensors& target, std::map<std::string, torch::Tensor> 
 /// "; WHAT (N): key [shape], ..." naming at most eight keys; empty for none.
 std::string key_list(const char* what, const std::vector<std::string>& keys) {
   if (keys.empty()) return "";
-  std::string s = c10::str("; ", what, " (", keys.size(), "):");
+  std::string s = ranzcr::str("; ", what, " (", keys.size(), "):");
   for (size_t i = 0; i < keys.size() && i < 8; ++i) s += " " + keys[i] + (i + 1 < keys.size() ? "," : "");
   if (keys.size() > 8) s += " ...";
   return s;

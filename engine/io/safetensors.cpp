@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "engine/config/check.h"
+#include "core/check.h"
 #include "engine/io/atomic_file.h"  // write_file_atomic
 
 namespace ranzcr {

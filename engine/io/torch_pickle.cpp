@@ -13,7 +13,7 @@
 #include <cstring>
 #include <map>
 
-#include "engine/config/check.h"
+#include "core/check.h"
 
 namespace ranzcr::pickle {
 namespace {
@@ -40,12 +40,12 @@ enum class PickleOpCode : char {
 };
 // clang-format on
 
-const char* const kTruncated = "data.pkl ends early (truncated pickle)";
+const char* const kTruncated = "the pickle ends early (truncated)";
 // Containers nest at most this deep (a state dict needs 4 or 5 levels; Python's own limit is ~1000).
 constexpr int kMaxDepth = 100;
 // Memo entries at most (one per object a pickle shares; a state dict has a few per tensor).
 constexpr size_t kMaxMemo = 1u << 22;
-const char* const kUnderflow = "corrupt pickle in data.pkl (stack underflow)";
+const char* const kUnderflow = "corrupt pickle (stack underflow)";
 
 Obj make(PyObj::Kind kind) {
   auto o = std::make_shared<PyObj>();
@@ -95,23 +95,22 @@ torch::ScalarType storage_dtype(const std::string& storage_class) {
 void adopt(PyObj& parent, const Obj& child) {
   child->sealed = true;  // first: an object put into itself is then sealed too
   RANZCR_CHECK(!parent.sealed,
-               "corrupt pickle in data.pkl (an object changed after it was used: a "
+               "corrupt pickle (an object changed after it was used: a "
                "recursive structure?)");
-  RANZCR_CHECK(child->depth < kMaxDepth, "data.pkl nests objects more than ", kMaxDepth, " deep");
+  RANZCR_CHECK(child->depth < kMaxDepth, "objects nest more than ", kMaxDepth, " deep");
   parent.depth = std::max(parent.depth, child->depth + 1);
 }
 
 // The items of a dict (DICT, SETITEM, SETITEMS): key, value, key, value, ...
 void set_items(const Obj& dict, const std::vector<Obj>& kvs) {
-  RANZCR_CHECK(kvs.size() % 2 == 0, "corrupt pickle in data.pkl (a key without a value)");
+  RANZCR_CHECK(kvs.size() % 2 == 0, "corrupt pickle (a key without a value)");
   for (const Obj& o : kvs) adopt(*dict, o);
   if (dict->kind != PyObj::kDict) return;  // items of an opaque object (a dict subclass we do not know)
   for (size_t k = 0; k + 1 < kvs.size(); k += 2) dict->entries.emplace_back(kvs[k], kvs[k + 1]);
 }
 
 const Obj& arg(const Obj& args, size_t k, const std::string& fn) {
-  RANZCR_CHECK(args->kind == PyObj::kTuple && args->items.size() > k, "unexpected arguments to ", fn,
-               " in data.pkl");
+  RANZCR_CHECK(args->kind == PyObj::kTuple && args->items.size() > k, "unexpected arguments to ", fn);
   return args->items[k];
 }
 
@@ -166,8 +165,7 @@ Obj rebuild_tensor(const Obj& args, const std::string& fn) {
   const auto size = ints(arg(args, 2, fn), fn), stride = ints(arg(args, 3, fn), fn);
   bool ok = false;
   const int64_t last = view_end(offset->i, size, stride, &ok);
-  RANZCR_CHECK(ok && last < storage->tensor.numel(),
-               "a tensor reaches past the end of its storage in data.pkl");
+  RANZCR_CHECK(ok && last < storage->tensor.numel(), "a tensor reaches past the end of its storage");
   return make_tensor(storage->tensor.as_strided(size, stride, offset->i));
 }
 
@@ -191,13 +189,19 @@ Obj call(const Obj& callable, const Obj& args) {
 
 class Unpickler {
  public:
-  Unpickler(const std::string& bytes, caffe2::serialize::PyTorchStreamReader& archive, bool read_storages)
-      : bytes_(bytes), archive_(archive), read_storages_(read_storages) {}
+  // `bytes`: the archive's record `record` (data.pkl, constants.pkl, ...), named in every error.
+  Unpickler(const std::string& record, const std::string& bytes,
+            caffe2::serialize::PyTorchStreamReader& archive, bool read_storages)
+      : record_(record), bytes_(bytes), archive_(archive), read_storages_(read_storages) {}
 
   Obj run() {
-    while (read_instruction() != PickleOpCode::STOP) {
+    try {
+      while (read_instruction() != PickleOpCode::STOP) {
+      }
+      return pop();
+    } catch (const std::runtime_error& e) {
+      RANZCR_FAIL(record_, ": ", e.what());
     }
-    return pop();
   }
 
  private:
@@ -212,7 +216,7 @@ class Unpickler {
   [[noreturn]] static void unsupported(PickleOpCode op, size_t at) {
     char hex[8];
     std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned>(static_cast<uint8_t>(op)));
-    RANZCR_FAIL("unsupported pickle opcode ", hex, " at byte ", at, " of data.pkl");
+    RANZCR_FAIL("unsupported pickle opcode ", hex, " at byte ", at);
   }
 
   // Framing, STOP (run() pops the result), marks, the stack and the memo.
@@ -353,8 +357,8 @@ class Unpickler {
     const uint64_t key = key_bytes > 0 ? le(key_bytes) : memo_.size();
     // Picklers number memo entries 0, 1, 2, ...; a key further on is refused (LibTorch's own unpickler
     // reserves room up to twice the key).
-    RANZCR_CHECK(key <= memo_.size(), "corrupt pickle in data.pkl (memo key ", key, " out of sequence)");
-    RANZCR_CHECK(memo_.size() < kMaxMemo || memo_.count(key), "data.pkl memoizes more than ", kMaxMemo,
+    RANZCR_CHECK(key <= memo_.size(), "corrupt pickle (memo key ", key, " out of sequence)");
+    RANZCR_CHECK(memo_.size() < kMaxMemo || memo_.count(key), "the pickle memoizes more than ", kMaxMemo,
                  " objects");
     memo_[key] = value;
     return true;
@@ -376,7 +380,7 @@ class Unpickler {
       vs = pop_mark();
     const Obj& list = top();
     RANZCR_CHECK(list->kind == PyObj::kList || list->kind == PyObj::kOpaque,
-                 "corrupt pickle in data.pkl (items appended to something that is not a list)");
+                 "corrupt pickle (items appended to something that is not a list)");
     for (const Obj& v : vs) adopt(*list, v);
     if (list->kind == PyObj::kList) list->items.insert(list->items.end(), vs.begin(), vs.end());
     return true;
@@ -402,13 +406,13 @@ class Unpickler {
   Obj persistent_load(const Obj& pid) {
     RANZCR_CHECK(pid->kind == PyObj::kTuple && pid->items.size() >= 5 && pid->items[0]->s == "storage" &&
                      pid->items[1]->kind == PyObj::kGlobal && pid->items[2]->kind == PyObj::kStr,
-                 "unexpected persistent id in data.pkl (not a torch.save storage)");
+                 "unexpected persistent id (not a torch.save storage)");
     const std::string key = pid->items[2]->s;
     auto it = storages_.find(key);
     if (it != storages_.end()) return it->second;
     const torch::ScalarType dtype = storage_dtype(pid->items[1]->s);
     RANZCR_CHECK(pid->items[4]->kind == PyObj::kInt && pid->items[4]->i >= 0,
-                 "unexpected persistent id in data.pkl (a storage size that is not a count)");
+                 "unexpected persistent id (a storage size that is not a count)");
     const int64_t numel = pid->items[4]->i;
     const std::string record = "data/" + key;
     RANZCR_CHECK(archive_.hasRecord(record), "the archive lacks the record ", record);
@@ -438,7 +442,7 @@ class Unpickler {
     return v;
   }
   int64_t long1(size_t n) {  // LONG1's two's complement integer of n bytes
-    RANZCR_CHECK(n <= 8, "an integer of more than 64 bits in data.pkl");
+    RANZCR_CHECK(n <= 8, "an integer of more than 64 bits");
     uint64_t v = le(static_cast<int>(n));
     if (n > 0 && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);  // sign-extend
     return static_cast<int64_t>(v);
@@ -482,7 +486,7 @@ class Unpickler {
     return stack_.back();
   }
   std::vector<Obj> pop_mark() {
-    RANZCR_CHECK(!marks_.empty() && marks_.back() <= stack_.size(), "corrupt pickle in data.pkl (no mark)");
+    RANZCR_CHECK(!marks_.empty() && marks_.back() <= stack_.size(), "corrupt pickle (no mark)");
     std::vector<Obj> items(stack_.begin() + static_cast<std::ptrdiff_t>(marks_.back()), stack_.end());
     stack_.resize(marks_.back());
     marks_.pop_back();
@@ -490,10 +494,11 @@ class Unpickler {
   }
   Obj memo(uint64_t k) const {
     auto it = memo_.find(k);
-    RANZCR_CHECK(it != memo_.end(), "corrupt pickle in data.pkl (unknown memo entry)");
+    RANZCR_CHECK(it != memo_.end(), "corrupt pickle (unknown memo entry)");
     return it->second;
   }
 
+  const std::string record_;
   const std::string& bytes_;
   caffe2::serialize::PyTorchStreamReader& archive_;
   const bool read_storages_;
@@ -507,7 +512,7 @@ class Unpickler {
 }  // namespace
 
 Obj unpickle(const std::string& data_pkl, caffe2::serialize::PyTorchStreamReader& archive) {
-  return Unpickler(data_pkl, archive, /*read_storages=*/true).run();
+  return Unpickler("data.pkl", data_pkl, archive, /*read_storages=*/true).run();
 }
 
 void check_archive_pickles(caffe2::serialize::PyTorchStreamReader& archive) {
@@ -515,15 +520,7 @@ void check_archive_pickles(caffe2::serialize::PyTorchStreamReader& archive) {
     if (name.size() < 3 || name.compare(name.size() - 3, 3, "pkl") != 0) continue;  // .pkl, .debug_pkl
     auto [data, size] = archive.getRecord(name);
     const std::string bytes(static_cast<const char*>(data.get()), size);
-    try {
-      Unpickler(bytes, archive, /*read_storages=*/false).run();
-    } catch (const std::runtime_error& e) {  // the messages say data.pkl: name the record instead
-      std::string why = e.what();
-      const std::string data_pkl = "data.pkl";
-      for (size_t at = why.find(data_pkl); at != std::string::npos; at = why.find(data_pkl, at + name.size()))
-        why.replace(at, data_pkl.size(), name);
-      RANZCR_FAIL(why);
-    }
+    Unpickler(name, bytes, archive, /*read_storages=*/false).run();
   }
 }
 

@@ -5,8 +5,8 @@
 
 #include <fstream>
 
-#include "data/printable.h"
-#include "engine/config/check.h"
+#include "core/check.h"
+#include "core/printable.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/weight_file.h"

@@ -15,7 +15,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "engine/config/check.h"
+#include "core/check.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/torch_pickle.h"
 #include "engine/io/zip_check.h"

@@ -7,7 +7,8 @@
 // MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS (cmake/Dependencies.cmake), so no CRC is checked anywhere.
 #include "engine/io/zip_check.h"
 
-#include "engine/config/check.h"
+#include "core/check.h"
+#include "core/printable.h"
 
 #include <caffe2/serialize/versions.h>
 
@@ -74,22 +75,6 @@ uint64_t le64(std::string_view bytes, size_t at) {
 /// Whether [offset, offset + n) lies inside a file of `size` bytes (no overflow for any values).
 bool fits(uint64_t offset, uint64_t n, uint64_t size) {
   return offset <= size && n <= size - offset;
-}
-
-/// `text` for a one-line message: quoted, at most 64 bytes, other than printable ASCII as \xNN.
-std::string printable(std::string_view text) {
-  std::string out = "\"";
-  for (size_t i = 0; i < text.size() && i < 64; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
-      out += escaped;
-    }
-  }
-  return out + (text.size() > 64 ? "...\"" : "\"");
 }
 
 /// Name equality as miniz's mz_zip_reader_locate_file (flags 0) sees it: ASCII case-insensitive.
@@ -288,8 +273,8 @@ class ZipChecker {
       Entry entry = parse_entry(directory, pos, i);
       check_local_header(entry);
       if (i == 0) folder = folder_of(entry.name);
-      check(entry.name.compare(0, folder.size(), folder) == 0, "the entry ", printable(entry.name),
-            " is outside the folder ", printable(folder), " of the first entry");
+      check(entry.name.compare(0, folder.size(), folder) == 0, "the entry ", in_quotes(entry.name),
+            " is outside the folder ", in_quotes(folder), " of the first entry");
       note_init_record(entry, folder, records);
     }
     check_init_records(records, folder);
@@ -309,11 +294,11 @@ class ZipChecker {
   void check_init_records(const InitRecords& records, const std::string& folder) {
     const std::vector<Entry>& versions =
         records.data_versions.empty() ? records.versions : records.data_versions;
-    check(!versions.empty(), "no version record (", printable(folder + ".data/version"), " or ",
-          printable(folder + "version"), ")");
+    check(!versions.empty(), "no version record (", in_quotes(folder + ".data/version"), " or ",
+          in_quotes(folder + "version"), ")");
     for (const auto* list : {&records.serialization_ids, &versions}) {
       for (const Entry& record : *list) {
-        check(record.method == kStored, "the record ", printable(record.name), " is compressed (method ",
+        check(record.method == kStored, "the record ", in_quotes(record.name), " is compressed (method ",
               record.method, "); LibTorch reads it on opening and writes it stored");
       }
     }
@@ -350,7 +335,7 @@ class ZipChecker {
   void check_name(const std::string& name, uint64_t index) const {
     check(name.size() <= kMaxNameSize, "entry ", index, " has a name of ", name.size(),
           " bytes; LibTorch reads names of at most ", kMaxNameSize);
-    check(name.find('\0') == std::string::npos, "the name of entry ", index, ", ", printable(name),
+    check(name.find('\0') == std::string::npos, "the name of entry ", index, ", ", in_quotes(name),
           ", holds a NUL byte");
   }
 
@@ -359,11 +344,11 @@ class ZipChecker {
   /// mz_zip_reader_extract_to_mem refuse, and one disk.
   void check_method_and_flags(std::string_view header, const std::string& name) const {
     const uint64_t method = le16(header, 10), flags = le16(header, 8), disk = le16(header, 34);
-    check(method == kStored || method == kDeflated, "the entry ", printable(name),
+    check(method == kStored || method == kDeflated, "the entry ", in_quotes(name),
           " uses compression method ", method, "; LibTorch reads stored (0) and deflate (8) entries");
-    check((flags & kEncryptedFlags) == 0, "the entry ", printable(name), " is encrypted");
-    check((flags & kPatchDataFlag) == 0, "the entry ", printable(name), " is compressed patch data");
-    check(disk == 0, "the entry ", printable(name), " starts on disk ", disk,
+    check((flags & kEncryptedFlags) == 0, "the entry ", in_quotes(name), " is encrypted");
+    check((flags & kPatchDataFlag) == 0, "the entry ", in_quotes(name), " is compressed patch data");
+    check(disk == 0, "the entry ", in_quotes(name), " starts on disk ", disk,
           "; only single-disk archives are supported");
   }
 
@@ -378,7 +363,7 @@ class ZipChecker {
     size_t at = 0;
     for (uint64_t* value : {&entry.size, &entry.compressed, &entry.local_offset}) {
       if (*value != kZip64Marker) continue;
-      check(field.size() - at >= 8, "the zip64 extra field of ", printable(entry.name),
+      check(field.size() - at >= 8, "the zip64 extra field of ", in_quotes(entry.name),
             " lacks a 64-bit size or offset");
       *value = le64(field, at);
       at += 8;
@@ -390,12 +375,12 @@ class ZipChecker {
   /// getRecord never allocates more than that for the bytes in the file (checked with the local header).
   void check_sizes(const Entry& entry) const {
     if (entry.method == kStored) {
-      check(entry.compressed == entry.size, "the stored entry ", printable(entry.name), " is ",
+      check(entry.compressed == entry.size, "the stored entry ", in_quotes(entry.name), " is ",
             entry.compressed, " bytes in the file but declares ", entry.size, " bytes");
       return;
     }
     const uint64_t least_compressed = entry.size / kMaxDeflateRatio + (entry.size % kMaxDeflateRatio != 0);
-    check(entry.compressed >= least_compressed, "the deflated entry ", printable(entry.name), " declares ",
+    check(entry.compressed >= least_compressed, "the deflated entry ", in_quotes(entry.name), " declares ",
           entry.size, " bytes from ", entry.compressed, ", more than deflate's 1032:1");
   }
 
@@ -403,26 +388,26 @@ class ZipChecker {
   /// 2-byte size and that many bytes, all inside the extra field).
   std::string_view find_zip64_field(std::string_view extra, const std::string& name) const {
     while (!extra.empty()) {
-      check(extra.size() >= 4 && 4 + le16(extra, 2) <= extra.size(), "the entry ", printable(name),
+      check(extra.size() >= 4 && 4 + le16(extra, 2) <= extra.size(), "the entry ", in_quotes(name),
             " has a malformed extra field");
       const size_t size = le16(extra, 2);
       if (le16(extra, 0) == kZip64ExtraId) return extra.substr(4, size);
       extra.remove_prefix(4 + size);
     }
-    fail("the entry ", printable(name), " has a size or offset of 0xFFFFFFFF but no zip64 extra field");
+    fail("the entry ", in_quotes(name), " has a size or offset of 0xFFFFFFFF but no zip64 extra field");
   }
 
   /// As mz_zip_reader_read_central_dir and mz_zip_reader_extract_to_mem: the local header at the entry's
   /// offset (its signature; miniz reads only its name and extra lengths), then the data, inside the file.
   void check_local_header(Entry& entry) {
     const uint64_t size = source_.size();
-    check(fits(entry.local_offset, kLocalHeaderSize, size), "the local header of ", printable(entry.name),
+    check(fits(entry.local_offset, kLocalHeaderSize, size), "the local header of ", in_quotes(entry.name),
           " at offset ", entry.local_offset, " is past the end of the file (", size, " bytes)");
     const std::string header = source_.read(entry.local_offset, kLocalHeaderSize);
-    check(le32(header, 0) == kLocalHeaderSig, "no local header for ", printable(entry.name), " at offset ",
+    check(le32(header, 0) == kLocalHeaderSig, "no local header for ", in_quotes(entry.name), " at offset ",
           entry.local_offset);
     entry.data_offset = entry.local_offset + kLocalHeaderSize + le16(header, 26) + le16(header, 28);
-    check(fits(entry.data_offset, entry.compressed, size), "the entry ", printable(entry.name), " declares ",
+    check(fits(entry.data_offset, entry.compressed, size), "the entry ", in_quotes(entry.name), " declares ",
           entry.compressed, " bytes at offset ", entry.data_offset, ", past the end of the file (", size,
           " bytes)");
   }
@@ -430,7 +415,7 @@ class ZipChecker {
   /// init(): "file in archive is not in a subdirectory" unless the first name has a '/'.
   std::string folder_of(const std::string& first_name) const {
     const size_t slash = first_name.find('/');
-    check(slash != std::string::npos, "the first entry ", printable(first_name),
+    check(slash != std::string::npos, "the first entry ", in_quotes(first_name),
           " is not inside a folder, as in archive/data.pkl");
     return first_name.substr(0, slash + 1);
   }
@@ -439,16 +424,16 @@ class ZipChecker {
   /// not read at all) and parses it with std::stoull, which throws invalid_argument (init reports it) or
   /// out_of_range (init lets it through); then it refuses versions outside the supported range.
   void check_version(const Entry& record) {
-    check(!record.is_directory, "the version record ", printable(record.name), " is a directory entry");
-    check(record.size <= kMaxVersionSize, "the version record ", printable(record.name), " is ", record.size,
+    check(!record.is_directory, "the version record ", in_quotes(record.name), " is a directory entry");
+    check(record.size <= kMaxVersionSize, "the version record ", in_quotes(record.name), " is ", record.size,
           " bytes; it is a short decimal number");
     const std::string text = source_.read(record.data_offset, record.size);
     bool has_digits = false, too_large = false;
     const uint64_t version = parse_like_stoull(text, has_digits, too_large);
-    const std::string holds = " holds " + printable(text);
-    check(has_digits, "the version record ", printable(record.name), holds, ", not a number");
-    check(!too_large, "the version record ", printable(record.name), holds, ", too large");
-    check(version >= kMinVersion && version <= kMaxVersion, "the version record ", printable(record.name),
+    const std::string holds = " holds " + in_quotes(text);
+    check(has_digits, "the version record ", in_quotes(record.name), holds, ", not a number");
+    check(!too_large, "the version record ", in_quotes(record.name), holds, ", too large");
+    check(version >= kMinVersion && version <= kMaxVersion, "the version record ", in_quotes(record.name),
           holds, "; LibTorch reads file format versions ", kMinVersion, " to ", kMaxVersion);
   }
 

@@ -1,5 +1,5 @@
 #include "engine/jobs/bench.h"
-#include "engine/config/check.h"
+#include "core/check.h"
 
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -140,7 +140,6 @@ E2e time_e2e(const Setup& s, const Config& config, const BenchOptions& o, TrainS
 
 BenchResult run_bench(const Config& config, Collectives& collectives, const BenchOptions& o) {
   const torch::Device device = o.device;
-  configure_device(device);
   Setup s;
   s.index = load_train_index(config.data, index_options(config.data));
   s.train_rows = bench_rows(config, validation_split(config.data, s.index.groups, config.seed).train,

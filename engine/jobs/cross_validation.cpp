@@ -1,5 +1,5 @@
 #include "engine/jobs/cross_validation.h"
-#include "engine/config/check.h"
+#include "core/check.h"
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +15,7 @@
 #include "distributed/collectives.h"
 #include "engine/infer/inference.h"
 #include "engine/io/checkpoint.h"
+#include "engine/io/run_folder.h"
 #include "engine/io/trained_model.h"
 #include "engine/runtime/precision.h"
 #include "engine/train/trainer.h"
@@ -34,7 +35,7 @@ FoldReport predict_fold(const Config& config, int k, const DatasetIndex& index, 
   const Config fc = fold_config(config, k);
   FoldReport f;
   f.fold = k;
-  f.checkpoint = (fs::path(fc.output.dir) / "checkpoints" / "best.pt").string();
+  f.checkpoint = run_folder::best_checkpoint(fc.output.dir);
   TrainedModel trained = load_trained_model(f.checkpoint, device);
   if (trained.info.label_names != index.label_names)
     RANZCR_FAIL(f.checkpoint, " predicts other labels than ", train_csv_path(config.data),
@@ -111,7 +112,7 @@ Config fold_config(Config config, int fold) {
 }
 
 std::string fold_finished(const Config& fold_config) {
-  const std::string last = (fs::path(fold_config.output.dir) / "checkpoints" / "last.pt").string();
+  const std::string last = run_folder::last_checkpoint(fold_config.output.dir);
   if (fold_config.train.resume != ResumeSetting::kAuto || !fs::exists(last)) return "";
   const CheckpointMeta meta = read_checkpoint_meta(last);
   // Another model's run is left to `train`, which says so.

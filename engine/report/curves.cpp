@@ -11,8 +11,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <stdexcept>
 
+#include "core/check.h"
 #include "engine/report/draw.h"
 
 namespace fs = std::filesystem;
@@ -209,9 +209,8 @@ const std::vector<std::string>& curves_file_names() {
 
 std::vector<std::string> write_curves(const std::string& run_dir) {
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
-  if (!fs::is_regular_file(metrics))
-    throw std::runtime_error("no metrics.jsonl in " + run_dir +
-                             " (not a run folder, or no epoch has finished there yet)");
+  RANZCR_CHECK(fs::is_regular_file(metrics), "no metrics.jsonl in ", run_dir,
+               " (not a run folder, or no epoch has finished there yet)");
   const std::vector<Chart> all = charts(read_history(metrics));
   std::vector<std::string> paths;
   for (size_t i = 0; i < all.size(); ++i) {

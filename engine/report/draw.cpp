@@ -3,8 +3,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include <stdexcept>
-
+#include "core/check.h"
 #include "engine/io/atomic_file.h"
 
 namespace ranzcr::draw {
@@ -29,7 +28,7 @@ int text_width(const std::string& text, double scale) {
 
 void write_png(const std::string& path, const cv::Mat& img) {
   std::vector<uchar> bytes;
-  if (!cv::imencode(".png", img, bytes)) throw std::runtime_error("cannot encode " + path + " as PNG");
+  RANZCR_CHECK(cv::imencode(".png", img, bytes), "cannot encode ", path, " as PNG");
   write_file_atomic(path, std::string(bytes.begin(), bytes.end()));
 }
 

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <limits>
 #include <sstream>
-#include <stdexcept>
 
+#include "core/check.h"
 #include "data/csv.h"
 #include "engine/report/draw.h"
 #include "engine/report/metrics.h"
@@ -201,10 +201,9 @@ void write_pr_png(const std::string& path, const std::vector<LabelScores>& label
 std::map<std::string, double> read_thresholds(const std::string& path, const std::string& point) {
   const CsvTable t = read_csv(path);
   const int label = t.column("label"), name = t.column("point"), threshold = t.column("threshold");
-  if (label < 0 || name < 0 || threshold < 0)
-    throw std::runtime_error(path +
-                             " is not an operating_points.csv (expected the columns label, point and "
-                             "threshold, as evaluate writes them)");
+  RANZCR_CHECK(label >= 0 && name >= 0 && threshold >= 0, path,
+               " is not an operating_points.csv (expected the columns label, point and "
+               "threshold, as evaluate writes them)");
   std::map<std::string, double> out;
   std::vector<std::string> points;
   for (size_t r = 0; r < t.rows.size(); ++r) {
@@ -215,15 +214,13 @@ std::map<std::string, double> read_thresholds(const std::string& path, const std
     char* end = nullptr;
     const double x = v == "inf" ? std::numeric_limits<double>::infinity() : std::strtod(v.c_str(), &end);
     if (v != "inf" && (v.empty() || *end != '\0' || !std::isfinite(x)))
-      throw std::runtime_error(path + ":" + std::to_string(t.row_lines[r]) + ": threshold '" + v +
-                               "' is not a number");
+      RANZCR_FAIL(path, ":", t.row_lines[r], ": threshold '", v, "' is not a number");
     out[row[label]] = x;
   }
   if (out.empty()) {
     std::string known;
     for (const auto& p : points) known += (known.empty() ? "" : ", ") + p;
-    throw std::runtime_error(path + " has no '" + point +
-                             "' rows (it has: " + (known.empty() ? "none" : known) + ")");
+    RANZCR_FAIL(path, " has no '", point, "' rows (it has: ", known.empty() ? "none" : known, ")");
   }
   return out;
 }

@@ -7,7 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <stdexcept>
+
+#include "core/check.h"
 
 namespace fs = std::filesystem;
 
@@ -151,13 +152,13 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resumed_ste
     : dir_(dir), resumed_step_(resumed_step) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (!fs::is_directory(dir)) throw std::runtime_error("cannot create the TensorBoard folder " + dir);
+  RANZCR_CHECK(fs::is_directory(dir), "cannot create the TensorBoard folder ", dir);
 }
 
 void TensorBoardWriter::open_file() {
   path_ = new_event_file(dir_);
   out_.open(path_, std::ios::binary | std::ios::app);
-  if (!out_) throw std::runtime_error("cannot write TensorBoard event file " + path_);
+  RANZCR_CHECK(out_, "cannot write TensorBoard event file ", path_);
   write_record(tensorboard::encode_file_version_event(wall_time_now()));
   if (resumed_step_ > 0)
     write_record(tensorboard::encode_session_start_event(wall_time_now(), resumed_step_ + 1));
@@ -196,7 +197,7 @@ void TensorBoardWriter::write_scalars(int64_t step, const std::vector<tensorboar
 void TensorBoardWriter::write_record(const std::string& event) {
   out_ << tensorboard::frame_record(event);
   out_.flush();
-  if (!out_) throw std::runtime_error("cannot write TensorBoard event file " + path_);
+  RANZCR_CHECK(out_, "cannot write TensorBoard event file ", path_);
 }
 
 }  // namespace ranzcr

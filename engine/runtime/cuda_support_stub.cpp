@@ -1,13 +1,13 @@
 // CPU build of engine/runtime/cuda_support.h: nothing CUDA exists, so asking for it is an error.
 #include "engine/runtime/cuda_support.h"
 
-#include <stdexcept>
+#include "core/check.h"
 
 namespace ranzcr::cuda {
 namespace {
 
 [[noreturn]] void no_cuda(const std::string& what) {
-  throw std::runtime_error(what + ": this binary was built against a LibTorch without CUDA");
+  RANZCR_FAIL(what, ": this binary was built against a LibTorch without CUDA");
 }
 
 }  // namespace

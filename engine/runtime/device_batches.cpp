@@ -6,6 +6,13 @@
 
 namespace ranzcr {
 
+torch::Tensor normalize_images(const torch::Tensor& images, const torch::Tensor& scale,
+                               const torch::Tensor& offset) {
+  if (images.scalar_type() != torch::kUInt8) return images;
+  return (images.to(torch::kFloat32) * scale.view({-1, 1, 1, 1}) + offset.view({-1, 1, 1, 1}))
+      .clamp_(0.0, 1.0);
+}
+
 void set_loader_transfer(LoaderOptions& options, const torch::Device& device) {
   options.pin_memory = device.is_cuda();
   options.uint8_images = device.is_cuda();

@@ -36,6 +36,12 @@ struct DeviceBatchOptions {
   std::vector<double> input_std{1.0};
 };
 
+/// The float images of a uint8 batch (Batch::images with pixel_scale and pixel_offset, data/batch_loader.h):
+/// clamp(u8 * scale + offset, 0, 1) per image, on the tensors' device (the GPU, after the 8-bit copy).
+/// Float batches are returned as they are. [N, 1, S, S] uint8, [N], [N] -> [N, 1, S, S] float32.
+torch::Tensor normalize_images(const torch::Tensor& images, const torch::Tensor& scale,
+                               const torch::Tensor& offset);
+
 /// (images - mean) / std per channel: [N, 1 or C, S, S] float with mean/std of 1 or C values -> [N, C', S, S]
 /// (C' = the largest of the three). The identity (0, 1) returns `images` as it is.
 torch::Tensor normalize_input(const torch::Tensor& images, const std::vector<double>& mean,

@@ -6,35 +6,11 @@
 
 #include <stdexcept>
 
-#include "distributed/world.h"
-#include "engine/config/check.h"
+#include "core/check.h"
 #include "engine/config/config.h"
 #include "engine/runtime/cuda_support.h"
 
 namespace ranzcr {
-
-torch::Device resolve_device(const std::string& setting, int local_rank, int local_world_size,
-                             int visible_gpus, bool own_gpus) {
-  const DeviceSetting d = parse_device_setting(setting);
-  if (d.type == "cpu" || (d.type == "auto" && visible_gpus == 0)) return torch::kCPU;
-  const std::string key = "train.device " + setting + ": ";
-  if (visible_gpus == 0)
-    throw std::runtime_error(key + "no CUDA GPU is visible to this process" +
-                             (cuda::compiled_with_cuda() ? "" : " (this binary's LibTorch has no CUDA)") +
-                             "; use train.device cpu or auto");
-  if (d.index < 0)
-    return torch::Device(torch::kCUDA,
-                         static_cast<c10::DeviceIndex>(gpu_for_local_rank(local_rank, visible_gpus)));
-  if (d.index >= visible_gpus)
-    throw std::runtime_error(key + "this process sees " + std::to_string(visible_gpus) +
-                             " GPU(s), cuda:0 to cuda:" + std::to_string(visible_gpus - 1));
-  if (local_world_size > 1 && !own_gpus)
-    throw std::runtime_error(
-        key + "the " + std::to_string(local_world_size) +
-        " ranks on this node would all use that one GPU; use train.device cuda (each rank "
-        "its own GPU) or one process per node");
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index));
-}
 
 Precision resolve_precision(PrecisionSetting setting, const torch::Device& device) {
   const bool gpu_bf16 = device.is_cuda() && cuda::bf16_supported(device);

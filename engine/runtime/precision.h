@@ -1,5 +1,5 @@
-// The device, numeric precision and memory layout of training and inference: train.device, autocast
-// (bf16/fp16), channels_last.
+// The numeric precision and memory layout of training and inference: autocast (bf16/fp16), channels_last,
+// process-wide kernel settings. The device itself: placement.h.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -10,14 +10,6 @@
 #include "engine/config/config.h"
 
 namespace ranzcr {
-
-/// train.device (auto | cpu | cuda | cuda:N) for local rank `local_rank` of the `local_world_size` ranks
-/// on its node, which sees `visible_gpus` GPUs; `own_gpus`: each rank of the node was given GPUs of its
-/// own (gpus_assigned_per_rank). auto: the rank's GPU (gpu_for_local_rank) when it sees one, else the CPU;
-/// cpu; cuda: the rank's GPU; cuda:N: GPU N. Throws std::runtime_error naming train.device for cuda or
-/// cuda:N without a GPU, N not below `visible_gpus`, and cuda:N that several ranks of the node would share.
-torch::Device resolve_device(const std::string& setting, int local_rank, int local_world_size,
-                             int visible_gpus, bool own_gpus);
 
 enum class Precision { kFp32, kBf16, kFp16 };
 

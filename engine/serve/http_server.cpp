@@ -14,6 +14,7 @@
 
 #include <sys/socket.h>
 
+#include "core/check.h"
 #include "data/dicom_sandbox.h"
 #include "engine/infer/grad_cam.h"
 #include "engine/serve/serve_metrics.h"
@@ -199,7 +200,7 @@ class Service {
     const BatchOutcome o = done.get();
     if (o.status == BatchOutcome::Status::kExpired)
       throw HttpError(504, "deadline", "timed out in the queue (--timeout-ms)");
-    if (o.status == BatchOutcome::Status::kFailed) throw std::runtime_error("the model failed: " + o.error);
+    if (o.status == BatchOutcome::Status::kFailed) RANZCR_FAIL("the model failed: ", o.error);
     json out = answer(*image, o.probs);
     out["batch_size"] = o.batch_size;
     out["seconds"] = {{"decode", decode_seconds},
@@ -397,9 +398,8 @@ int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const
   } else if (!server.bind_to_port(options.host, port)) {
     port = 0;
   }
-  if (port <= 0)
-    throw std::runtime_error("cannot listen on " + options.host + ":" + std::to_string(options.port) +
-                             " (port in use, or not an address of this host)");
+  RANZCR_CHECK(port > 0, "cannot listen on ", options.host, ":", options.port,
+               " (port in use, or not an address of this host)");
   // httplib listens with a backlog of 5: 32 clients connecting at once overflow it (the kernel drops their
   // handshakes and they see resets). Listening again on the bound socket raises the backlog.
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);

@@ -4,9 +4,9 @@
 
 #include <opencv2/imgcodecs.hpp>
 
+#include "core/check.h"
 #include "data/batch_loader.h"
 #include "data/image_pipeline.h"
-#include "engine/config/check.h"
 #include "engine/infer/grad_cam.h"
 #include "engine/runtime/device_batches.h"
 #include "engine/runtime/precision.h"

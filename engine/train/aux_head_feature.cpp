@@ -4,8 +4,8 @@
 // the head as the checkpoint part "aux_head" (inference never reads it).
 #include <stdexcept>
 
+#include "core/check.h"
 #include "data/annotations.h"
-#include "engine/config/check.h"
 #include "engine/runtime/precision.h"
 #include "engine/train/aux_seg.h"
 #include "engine/train/features.h"
@@ -56,10 +56,9 @@ class AuxHeadFeature : public TrainingFeature {
     channels_last_ = s.channels_last;
   }
   void restore(const ResumeSource& from) override {
-    if (!from.reader.has_part(kPart))
-      throw std::runtime_error(
-          from.holds +
-          "without an auxiliary segmentation head, but this config has model.aux_seg_weight > 0" + from.fix);
+    RANZCR_CHECK(from.reader.has_part(kPart), from.holds,
+                 "without an auxiliary segmentation head, but this config has model.aux_seg_weight > 0",
+                 from.fix);
     from.reader.restore_part(kPart, kWhat, *head_);
     set_memory_format(*head_, channels_last_);
   }
@@ -85,10 +84,9 @@ class AuxHeadFeature : public TrainingFeature {
 class NoAuxHead : public TrainingFeature {
  public:
   void restore(const ResumeSource& from) override {
-    if (from.reader.has_part(kPart))
-      throw std::runtime_error(
-          from.holds + "with an auxiliary segmentation head, but this config has model.aux_seg_weight = 0" +
-          from.fix);
+    RANZCR_CHECK(!from.reader.has_part(kPart), from.holds,
+                 "with an auxiliary segmentation head, but this config has model.aux_seg_weight = 0",
+                 from.fix);
   }
 };
 

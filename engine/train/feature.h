@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,8 +63,14 @@ struct EpochEnd {
   int64_t epoch = 0;               // 1-based, done
   const CheckpointMeta& meta;      // what the checkpoint will hold
   double metric = 0.0;             // the epoch's selection metric (may be NaN)
+  bool improved = false;           // the metric beat the best so far (meta.best_metric is now it)
   std::vector<std::string> paths;  // the main rank saves the checkpoint to each (add files to keep)
-  std::string stop;                // set: the run ends after this epoch, and why (logged)
+};
+
+/// Why a feature ends the run (TrainingFeature::stop_reason).
+struct StopReason {
+  std::string why;    // logged when it ends the run: "early stop: no better val_auc_mean for 3 epochs"
+  std::string raise;  // the setting to raise to train on ("train.early_stop_patience"; "" = none)
 };
 
 class TrainingFeature {
@@ -73,8 +80,10 @@ class TrainingFeature {
   // ---- set-up, once, in this order ----
   /// After the model is built (and seeded) and before the optimizer: build what the feature needs.
   virtual void setup(TrainingSetup& s) {}
-  /// Resuming: restore the feature's state (after the model's weights, before the optimizer's). Throws
-  /// std::runtime_error when the checkpoint does not fit this run.
+  /// Resuming: restore the feature's state (after the model's weights, before the optimizer's): its
+  /// modules (from.reader.restore_part) and plain values (from.reader.int_value, double_value; nullopt in
+  /// checkpoints written before the value was saved). Throws std::runtime_error when the checkpoint does
+  /// not fit this run.
   virtual void restore(const ResumeSource& from) {}
   /// Before the first epoch, after any resume: `meta` is where the run starts.
   virtual void start(const CheckpointMeta& meta) {}
@@ -90,13 +99,23 @@ class TrainingFeature {
   virtual void before_validation(int64_t epoch) {}
   /// Adds to the epoch's record: validations of further weights, training figures.
   virtual void on_validate(const ValidateModel& validate, EpochRecord& record) {}
-  /// Adds checkpoint files to keep, or asks the run to stop.
+  /// Counts the epoch; adds checkpoint files to keep.
   virtual void on_epoch_end(EpochEnd& end) {}
   /// After the main rank saved the epoch's checkpoints (main rank only).
   virtual void after_save() {}
+  /// Whether the run ends here, and why: asked after each epoch's save when epochs are left, and before
+  /// the first epoch (after any resume: a run that had ended has nothing to train). Every rank is asked
+  /// at the same points and must give the same answer (keep the state it decides on equal on every
+  /// rank, e.g. broadcast from rank 0 in on_epoch_end).
+  virtual std::optional<StopReason> stop_reason() { return std::nullopt; }
 
-  /// Its parts of every checkpoint written (sub-archives by name).
+  // ---- checkpoints (main rank, at every save: epoch ends and stops mid-epoch) ----
+  /// Its modules (sub-archives by name).
   virtual void save(CheckpointParts& parts) {}
+  /// Its plain values, by name (see CheckpointValues), restored in restore(). `meta` is what the same
+  /// checkpoint holds: a feature sets the meta fields it owns, kept for readers of the meta alone
+  /// (early stopping's epochs_since_best).
+  virtual void save_values(CheckpointValues& values, CheckpointMeta& meta) {}
 };
 
 using TrainingFeatures = std::vector<std::unique_ptr<TrainingFeature>>;

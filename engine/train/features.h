@@ -22,9 +22,12 @@ std::unique_ptr<TrainingFeature> make_aux_head_feature(const Config& config);
 std::unique_ptr<TrainingFeature> make_top_checkpoints_feature(const Config& config);
 /// output.keep_every > 0: checkpoints/epoch_NNN.pt every N epochs (checkpoint_features.cpp).
 std::unique_ptr<TrainingFeature> make_keep_every_feature(const Config& config);
-/// train.early_stop_patience > 0: stop after that many epochs without a better metric
-/// (early_stop_feature.cpp).
+/// Early stopping: counts the epochs without a better metric (saved in checkpoints) and, with
+/// train.early_stop_patience > 0, ends the run after that many (early_stop_feature.cpp).
 std::unique_ptr<TrainingFeature> make_early_stop_feature(const Config& config);
+/// Whether a run whose last checkpoint has `meta` was ended by early stopping under `train`: the same
+/// rule, on the count the meta keeps for readers without the features (early_stop_feature.cpp).
+bool stopped_early(const TrainConfig& train, const CheckpointMeta& meta);
 /// Tests: `callback` runs on every rank right before each epoch's validation (features.cpp).
 std::unique_ptr<TrainingFeature> make_before_validation_feature(std::function<void(int64_t)> callback);
 

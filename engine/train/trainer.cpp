@@ -1,5 +1,5 @@
 #include "engine/train/trainer.h"
-#include "engine/config/check.h"
+#include "core/check.h"
 
 #include <nlohmann/json.hpp>
 
@@ -8,9 +8,11 @@
 #include <fstream>
 
 #include "engine/io/pretrained.h"
+#include "engine/io/run_folder.h"
 #include "engine/report/curves.h"
 #include "engine/report/tensorboard_writer.h"
 #include "engine/runtime/random_state.h"
+#include "engine/train/features.h"
 #include "engine/train/fused_optimizer.h"
 #include "engine/train/trainer_impl.h"
 
@@ -61,8 +63,7 @@ bool drop_last_batch(const Config& config, size_t train_rows, int world_size) {
 }  // namespace
 
 bool run_finished(const TrainConfig& train, const CheckpointMeta& meta) {
-  const int patience = train.early_stop_patience;
-  return meta.epoch >= train.epochs || (patience > 0 && meta.epochs_since_best >= patience);
+  return meta.epoch >= train.epochs || stopped_early(train, meta);
 }
 
 int stop_requested(Collectives& collectives, const std::atomic<int>* flag) {
@@ -96,12 +97,12 @@ void Trainer::load_data() {
   std::snprintf(index_seconds, sizeof index_seconds, "%.3f", seconds_since(start));
   const fs::path out(config_.output.dir);
   out_dir_ = out.string();
-  ckpt_dir_ = (out / "checkpoints").string();
+  ckpt_dir_ = run_folder::checkpoints(out_dir_);
   meta_.config_yaml = config_to_yaml(config_);
   if (collectives_.is_main()) {
     fs::create_directories(ckpt_dir_);
-    write_file_atomic((out / "config.yaml").string(), meta_.config_yaml);
-    log_.open_file((out / "log.txt").string());
+    write_file_atomic(run_folder::config_file(out_dir_), meta_.config_yaml);
+    log_.open_file(run_folder::log_file(out_dir_));
   }
   writers_.add(make_console_writer(log_));
   log_.info("data: " + std::to_string(index_.size()) + " images, " + std::to_string(index_.num_labels()) +
@@ -129,7 +130,6 @@ std::shared_ptr<const CachedImages> Trainer::open_cache() {
 // The model, then the features (which may train modules beside it), then one optimizer over all.
 void Trainer::build_model() {
   const torch::Device device = options_.device;
-  configure_device(device);
   inference_options_ = inference_options(config_, device);
   inference_options_.cache = loader_options_.cache;
   torch::manual_seed(config_.seed);
@@ -162,7 +162,7 @@ void Trainer::build_model() {
 
 std::string Trainer::resume_source() {
   if (!options_.resume_path.empty()) return options_.resume_path;
-  const std::string last = ckpt_dir_ + "/last.pt";
+  const std::string last = run_folder::last_checkpoint(out_dir_);
   // Rank 0 looks and everyone follows its answer, so all ranks take the same path.
   torch::Tensor found =
       torch::tensor({collectives_.is_main() && fs::exists(last) ? 1.0 : 0.0}, torch::kDouble);
@@ -210,7 +210,6 @@ void Trainer::restore_meta(const CheckpointMeta& saved, const std::string& path,
   meta_.epoch = saved.epoch;
   meta_.step = saved.step;
   meta_.best_metric = saved.best_metric;
-  meta_.epochs_since_best = saved.epochs_since_best;
   meta_.loss_scale = saved.loss_scale;
   meta_.loss_scale_growth = saved.loss_scale_growth;
   const int world = collectives_.world_size();

@@ -40,12 +40,14 @@ struct TrainSummary {
   double last_auc = -1.0;
   int64_t epochs = 0;
   int stopped_by_signal = 0;      // non-zero: stopped early after saving last.pt
-  bool early_stopped = false;     // train.early_stop_patience reached
+  bool early_stopped = false;     // a feature ended the run (train.early_stop_patience reached)
+  std::string stop_reason;        // why, when early_stopped (logged)
   bool already_finished = false;  // train.resume found a run that had trained all its epochs
 };
 
 /// Whether a run whose last checkpoint has `meta` has trained all the epochs `train` asks for (or stopped
-/// early): resuming it with train.resume auto has nothing to train.
+/// early): resuming it with train.resume auto has nothing to train. From the meta alone; the Trainer asks
+/// its features (the same answer for checkpoints it wrote).
 bool run_finished(const TrainConfig& train, const CheckpointMeta& meta);
 
 /// A stop request (SIGINT/SIGTERM, in `flag`) on any rank: this rank's signal, SIGTERM when only another

@@ -59,8 +59,10 @@ class Trainer {
   bool after_step(int64_t epoch, bool epoch_end);
   std::string divergence_message(int64_t epoch) const;
   void stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_batches);
-  /// Validates, records the epoch and saves its checkpoints; true when a feature ends the run.
-  bool finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time_point start);
+  /// Validates, records the epoch and saves its checkpoints.
+  void finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time_point start);
+  /// Asks every feature whether the run ends here (on every rank); the first reason given.
+  std::optional<StopReason> stop_reason();
   /// Validates the model (and what the features validate) into `r`; returns the unreadable images skipped.
   int64_t validate(EpochRecord& r);
   /// Serialized once, written to every path (main rank).

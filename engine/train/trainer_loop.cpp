@@ -1,10 +1,13 @@
 // The Trainer's epoch loop: fit over train_epoch (train_batch, after_step) and finish_epoch (validate,
-// the epoch record, the features' epoch end, save). Set-up: trainer.cpp.
+// the epoch record, the features' epoch end, save), then asks the features whether to stop. Set-up:
+// trainer.cpp.
 
 #include <cmath>
 #include <iomanip>
 #include <sstream>
 
+#include "core/check.h"
+#include "engine/io/run_folder.h"
 #include "engine/report/metrics.h"
 #include "engine/runtime/cuda_support.h"
 #include "engine/runtime/random_state.h"
@@ -15,13 +18,13 @@ namespace ranzcr {
 TrainSummary Trainer::fit() {
   summary_.best_auc = meta_.best_metric;
   summary_.epochs = meta_.epoch;
-  const int patience = config_.train.early_stop_patience;
-  const bool early_stopped = patience > 0 && meta_.epochs_since_best >= patience;
-  if (run_finished(config_.train, meta_)) {
+  // A resumed run that had ended (all epochs, or a feature stopped it) has nothing to train.
+  if (const std::optional<StopReason> stopped = stop_reason();
+      stopped || meta_.epoch >= config_.train.epochs) {
     summary_.already_finished = true;
+    const std::string raise = stopped && !stopped->raise.empty() ? " or " + stopped->raise : "";
     log_.info("nothing to train: the run in " + out_dir_ + " has finished (" + std::to_string(meta_.epoch) +
-              " epochs" + (early_stopped ? ", stopped early" : "") + "; raise train.epochs" +
-              (early_stopped ? " or train.early_stop_patience" : "") +
+              " epochs" + (stopped ? ", stopped early" : "") + "; raise train.epochs" + raise +
               " to train on, or set train.resume=never to start over)");
     return summary_;
   }
@@ -29,17 +32,30 @@ TrainSummary Trainer::fit() {
     const auto start = Clock::now();
     const std::optional<EpochTotals> totals = train_epoch(epoch);
     if (!totals) return summary_;  // stopped mid-epoch; last.pt saved
-    if (finish_epoch(epoch, *totals, start)) break;
+    finish_epoch(epoch, *totals, start);
     if (epoch + 1 == config_.train.epochs) break;
+    if (const std::optional<StopReason> stop = stop_reason()) {
+      log_.info(stop->why);
+      summary_.early_stopped = true;
+      summary_.stop_reason = stop->why;
+      break;
+    }
     // A stop asked for during validation or the checkpoint write: the epoch is saved, stop here.
     if (!summary_.stopped_by_signal) summary_.stopped_by_signal = poll_->signal_between_epochs();
     if (summary_.stopped_by_signal) {
-      log_.warn("stopped after epoch " + std::to_string(epoch + 1) + "; saved " + ckpt_dir_ +
-                "/last.pt (run the same command again to continue)");
+      log_.warn("stopped after epoch " + std::to_string(epoch + 1) + "; saved " +
+                run_folder::last_checkpoint(out_dir_) + " (run the same command again to continue)");
       return summary_;
     }
   }
   return summary_;
+}
+
+std::optional<StopReason> Trainer::stop_reason() {
+  std::optional<StopReason> first;
+  for (auto& f : features_)  // every feature, also after an answer: each may run a collective
+    if (std::optional<StopReason> r = f->stop_reason(); r && !first) first = std::move(r);
+  return first;
 }
 
 std::vector<int64_t> Trainer::epoch_rows(int64_t epoch) {
@@ -112,7 +128,7 @@ bool Trainer::train_batch(const DeviceBatch& batch, int64_t i, int64_t n, Progre
 bool Trainer::after_step(int64_t epoch, bool epoch_end) {
   if (summary_.stopped_by_signal) return false;  // already stopping at this epoch's end
   const Poll::Result r = poll_->after_step(meta_.step, epoch_end, *watch_);
-  if (r.diverged) throw std::runtime_error(divergence_message(epoch));
+  if (r.diverged) RANZCR_FAIL(divergence_message(epoch));
   summary_.stopped_by_signal = r.signal;
   return r.signal != 0;
 }
@@ -122,7 +138,8 @@ std::string Trainer::divergence_message(int64_t epoch) const {
   m << "training diverged: the loss became NaN or infinite in epoch " << epoch + 1 << " by optimizer step "
     << meta_.step << " (lr " << std::setprecision(3) << lr_ << "); nothing was saved since ";
   if (meta_.epoch > 0)
-    m << "epoch " << meta_.epoch << " (" << ckpt_dir_ << "/last.pt is the last good checkpoint)";
+    m << "epoch " << meta_.epoch << " (" << run_folder::last_checkpoint(out_dir_)
+      << " is the last good checkpoint)";
   else
     m << "the start (no checkpoint yet)";
   m << ". Try a lower optim.lr"
@@ -140,16 +157,16 @@ void Trainer::stop_mid_epoch(int64_t epoch, int64_t batches_done, int64_t epoch_
   meta_.rng_states = collectives_.all_gather_cat(generator_state(options_.device).unsqueeze(0)).cpu();
   meta_.rng_device = c10::DeviceTypeName(options_.device.type(), /*lower_case=*/true);
   sync_buffers();
-  if (collectives_.is_main()) save({ckpt_dir_ + "/last.pt"});
+  if (collectives_.is_main()) save({run_folder::last_checkpoint(out_dir_)});
   meta_.rng_states = torch::Tensor();
   meta_.rng_device.clear();
   collectives_.barrier();
   log_.warn("stopped at epoch " + std::to_string(epoch + 1) + " batch " + std::to_string(batches_done) + "/" +
-            std::to_string(epoch_batches) + "; saved " + ckpt_dir_ +
-            "/last.pt (run the same command again to continue)");
+            std::to_string(epoch_batches) + "; saved " + run_folder::last_checkpoint(out_dir_) +
+            " (run the same command again to continue)");
 }
 
-bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time_point start) {
+void Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time_point start) {
   for (auto& f : features_) f->before_validation(epoch);
   EpochRecord r;
   const int64_t val_skipped = validate(r);
@@ -161,7 +178,6 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   const double metric = r.selection_metric();  // what best.pt is chosen on
   r.improved = !std::isnan(metric) && metric > meta_.best_metric;
   if (r.improved) meta_.best_metric = metric;
-  meta_.epochs_since_best = r.improved ? 0 : meta_.epochs_since_best + 1;
   meta_.epoch = epoch + 1;
   meta_.epoch_batches_done = 0;
   summary_.last_auc = metric;
@@ -172,20 +188,14 @@ bool Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   r.skipped_images = static_cast<int64_t>(totals.skipped) + val_skipped;
   writers_.epoch(r);
   meta_.epoch_metric = metric;
-  EpochEnd end{meta_.epoch, meta_, metric, {ckpt_dir_ + "/last.pt"}, ""};
-  if (r.improved) end.paths.push_back(ckpt_dir_ + "/best.pt");
+  EpochEnd end{meta_.epoch, meta_, metric, r.improved, {run_folder::last_checkpoint(out_dir_)}};
+  if (r.improved) end.paths.push_back(run_folder::best_checkpoint(out_dir_));
   for (auto& f : features_) f->on_epoch_end(end);
   if (collectives_.is_main()) {
     save(end.paths);
     for (auto& f : features_) f->after_save();
   }
   collectives_.barrier();
-  if (!end.stop.empty() && epoch + 1 < config_.train.epochs) {
-    log_.info(end.stop);
-    summary_.early_stopped = true;
-    return true;
-  }
-  return false;
 }
 
 int64_t Trainer::validate(EpochRecord& r) {
@@ -217,8 +227,12 @@ void Trainer::save(const std::vector<std::string>& paths) {
     meta_.loss_scale_growth = scaler->growth_tracker();
   }
   CheckpointParts parts;
-  for (auto& f : features_) f->save(parts);
-  const std::string bytes = serialize_checkpoint(meta_, *model_, optimizer_.get(), parts);
+  CheckpointValues values;
+  for (auto& f : features_) {
+    f->save(parts);
+    f->save_values(values, meta_);
+  }
+  const std::string bytes = serialize_checkpoint(meta_, *model_, optimizer_.get(), parts, values);
   for (const auto& path : paths) write_file_atomic(path, bytes);
 }
 

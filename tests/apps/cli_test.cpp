@@ -272,7 +272,7 @@ TEST_F(CliTest, TrainDeviceCpu) {
   ASSERT_EQ(t.status, 0) << t.output;
   EXPECT_NE(t.output.find("device cpu"), std::string::npos) << t.output;
   EXPECT_NE(test::read_file(run + "/log.txt").find("device cpu"), std::string::npos);
-  EXPECT_EQ(load_config(run + "/config.yaml").train.device, "cpu");
+  EXPECT_EQ(load_config(run + "/config.yaml").train.device.kind, DeviceSetting::Kind::kCpu);
   EXPECT_EQ(test::read_metrics(run).size(), 1u);
   for (const char* bad : {"gpu", "cuda:x", "cuda:-1"})
     expect_user_error(

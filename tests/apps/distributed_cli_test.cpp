@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "distributed/launcher.h"
+#include "distributed/process_group.h"
 #include "engine/io/checkpoint.h"
 #include "models/registry.h"
 #include "tests/process_util.h"
@@ -176,6 +178,26 @@ TEST_F(DistributedCliTest, InitMethodsFileAndTcpAndAveragedBatchNorm) {
       {}, run_dir("tcp") + ".log");
   ASSERT_EQ(wait_exit(t, 90), 0) << test::read_file(run_dir("tcp") + ".log");
   EXPECT_NE(test::read_file(run_dir("tcp") + ".log").find("init " + tcp), std::string::npos);
+}
+
+// One epoch of `train` with two NCCL ranks, one GPU each: the GPU path of a multi-GPU host end to end
+// (skipped below two GPUs, saying why).
+TEST_F(DistributedCliTest, TwoGpusTrainAnEpochOverNccl) {
+  const int64_t gpus = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  if (gpus < 2 || !nccl_available())
+    GTEST_SKIP() << "needs 2 CUDA GPUs and NCCL; this host shows " << gpus << " GPU(s)";
+  const std::string run = run_dir("nccl");
+  const auto p = spawn(train_args("nccl", {"distributed.nproc_per_node=2", "train.epochs=1",
+                                           "train.device=cuda", "distributed.backend=nccl"}),
+                       {}, run + ".log");
+  ASSERT_EQ(wait_exit(p, 300), 0) << test::read_file(run + ".log");
+  const std::string log = test::read_file(run + ".log");
+  EXPECT_NE(log.find("world size 2, 2 ranks per node, backend nccl, device cuda:0"), std::string::npos)
+      << log;
+  const auto metrics = test::read_metrics(run);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_GT(metrics[0]["val_auc_mean"].get<double>(), 0.0);
+  EXPECT_TRUE(std::filesystem::exists(run + "/checkpoints/last.pt"));
 }
 
 TEST_F(DistributedCliTest, APeerThatNeverArrivesIsAnErrorNamingHowManyJoined) {

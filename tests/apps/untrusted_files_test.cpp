@@ -60,7 +60,7 @@ TEST(UntrustedFiles, ADeeplyNestedPickle) {
   const int n = 1000000;  // a million lists, each appended to the one below it
   const std::string path = dir / "nested.pt";
   test::write_file(path, torch_archive("\x80\x02" + std::string(n, ']') + std::string(n - 1, 'a') + "."));
-  expect_one_error_line(evaluate_bounded(path), path, "data.pkl nests objects more than 100 deep");
+  expect_one_error_line(evaluate_bounded(path), path, "data.pkl: objects nest more than 100 deep");
 }
 
 TEST(UntrustedFiles, AZipWithAHugeDeclaredEntry) {

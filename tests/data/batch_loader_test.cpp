@@ -1,4 +1,5 @@
 #include "data/batch_loader.h"
+#include "engine/runtime/device_batches.h"
 
 #include <optional>
 

@@ -1,6 +1,7 @@
 // Multi-process tests: the test binary re-executes itself as Gloo workers on localhost through the
 // self-launcher. Worker bodies are DISABLED_ tests, run only inside those workers.
 #include <signal.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -32,12 +33,23 @@ int run_test_workers(const std::string& worker, int nproc, const std::string& di
   return launch_workers(lo);
 }
 
-std::shared_ptr<Collectives> join() {
+// Joins the workers' process group: Gloo on the CPU, or NCCL with this rank's GPU (cuda:local_rank).
+std::shared_ptr<Collectives> join(Backend backend = Backend::kGloo) {
   const auto world = worker_from_env(current_environment(), false);
   EXPECT_TRUE(world.has_value()) << "not started as a worker";
   ProcessGroupOptions o;
+  o.backend = backend;
   o.timeout = std::chrono::seconds(30);
+  if (backend == Backend::kNccl)
+    o.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world->local_rank));
   return init_process_group(*world, o);
+}
+
+// Two CUDA GPUs and NCCL, or why not (the reason a GPU test is skipped with).
+std::string why_not_two_gpus() {
+  if (!nccl_available()) return "this LibTorch has no NCCL";
+  const int64_t gpus = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  return gpus >= 2 ? "" : "needs 2 CUDA GPUs, this host shows " + std::to_string(gpus);
 }
 
 // Convolutions and a linear layer, no BatchNorm: N ranks x batch B must equal 1 rank x batch N*B.
@@ -46,7 +58,7 @@ struct SmallNet : torch::nn::Module {
     conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
     conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 8, 3)));
     fc = register_module("fc", torch::nn::Linear(8 * 4 * 4, 11));
-    unused = register_module("unused", torch::nn::Linear(3, 3));  // never in forward: its gradient is zeros
+    unused = register_module("unused", torch::nn::Linear(3, 3));  // never in forward: it keeps no gradient
   }
   torch::Tensor forward(torch::Tensor x) {
     x = torch::relu(conv1->forward(x));
@@ -60,10 +72,11 @@ struct SmallNet : torch::nn::Module {
 constexpr int kSteps = 5, kBatch = 8, kAccum = 2;
 
 // kSteps SGD steps; each rank takes its kBatch-slice of the global batch, in kAccum micro-batches.
-void run_steps(SmallNet& net, int rank, int world, DistributedDataParallel* ddp) {
+void run_steps(SmallNet& net, int rank, int world, DistributedDataParallel* ddp,
+               const torch::Device& device = torch::kCPU) {
   torch::manual_seed(123);
-  const torch::Tensor x = torch::rand({kSteps, 2 * kBatch, 1, 8, 8});
-  const torch::Tensor y = (torch::rand({kSteps, 2 * kBatch, 11}) > 0.7).to(torch::kFloat);
+  const torch::Tensor x = torch::rand({kSteps, 2 * kBatch, 1, 8, 8}).to(device);
+  const torch::Tensor y = (torch::rand({kSteps, 2 * kBatch, 11}) > 0.7).to(torch::kFloat).to(device);
   torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   const int64_t per_rank = 2 * kBatch / world, micro = per_rank / kAccum;
   for (int s = 0; s < kSteps; ++s) {
@@ -91,8 +104,30 @@ TEST(DistributedWorker, DISABLED_Equivalence) {
   run_steps(net, coll->rank(), coll->world_size(), &ddp);
   const std::string d = worker_dir();
   torch::save(net.parameters(), d + "/params_" + std::to_string(coll->rank()) + ".pt");
-  torch::save(std::vector<torch::Tensor>{torch::tensor({ddp.num_buckets(), ddp.launched_during_backward()})},
+  const int64_t unused_has_grad = net.unused->weight.grad().defined() || net.unused->bias.grad().defined();
+  torch::save(std::vector<torch::Tensor>{torch::tensor(
+                  {ddp.num_buckets(), ddp.launched_during_backward(), unused_has_grad})},
               d + "/ddp_stats_" + std::to_string(coll->rank()) + ".pt");
+  coll->shutdown();
+}
+
+// The same steps over NCCL, each rank on its own GPU (cuDNN without TF32, so that sums compare closely):
+// buckets all-reduced from the autograd thread, the NCCL barrier and shutdown.
+TEST(DistributedWorker, DISABLED_EquivalenceNccl) {
+  at::globalContext().setAllowTF32CuDNN(false);
+  auto coll = join(Backend::kNccl);
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(coll->rank()));
+  torch::manual_seed(coll->rank() == 0 ? 0 : 99);
+  SmallNet net;
+  net.to(device);
+  DdpOptions o;
+  o.bucket_bytes = 1024;
+  DistributedDataParallel ddp(net, *coll, o);
+  run_steps(net, coll->rank(), coll->world_size(), &ddp, device);
+  coll->barrier();
+  std::vector<torch::Tensor> params;
+  for (const auto& p : net.parameters()) params.push_back(p.detach().cpu());
+  torch::save(params, worker_dir() + "/params_" + std::to_string(coll->rank()) + ".pt");
   coll->shutdown();
 }
 
@@ -210,6 +245,25 @@ TEST(Distributed, TwoRanksEqualOneRankWithTheGlobalBatch) {
   }
 }
 
+// Two ranks over NCCL on two GPUs equal one process with the global batch on one GPU.
+TEST(Distributed, NcclTwoGpusEqualOneGpuWithTheGlobalBatch) {
+  if (const std::string why = why_not_two_gpus(); !why.empty()) GTEST_SKIP() << why;
+  test::TempDir dir;
+  ASSERT_EQ(run_test_workers("EquivalenceNccl", 2, dir.str()), 0);
+  const auto p0 = load_tensors(dir / "params_0.pt"), p1 = load_tensors(dir / "params_1.pt");
+  at::globalContext().setAllowTF32CuDNN(false);
+  torch::manual_seed(0);
+  SmallNet reference;
+  reference.to(torch::Device(torch::kCUDA, 0));
+  run_steps(reference, 0, 1, nullptr, torch::Device(torch::kCUDA, 0));
+  const auto pr = reference.parameters();
+  ASSERT_EQ(p0.size(), pr.size());
+  for (size_t i = 0; i < pr.size(); ++i) {
+    EXPECT_TRUE(torch::equal(p0[i], p1[i])) << "ranks differ in parameter " << i;
+    EXPECT_LE((p0[i] - pr[i].detach().cpu()).abs().max().item<double>(), 1e-5) << "parameter " << i;
+  }
+}
+
 TEST(Distributed, AllReduceStartsBeforeBackwardReturns) {
   test::TempDir dir;
   ASSERT_EQ(run_test_workers("Equivalence", 2, dir.str()), 0);
@@ -217,6 +271,7 @@ TEST(Distributed, AllReduceStartsBeforeBackwardReturns) {
     const auto stats = load_tensors(dir / ("ddp_stats_" + std::to_string(r) + ".pt"))[0];
     EXPECT_GE(stats[0].item<int64_t>(), 3) << "buckets";
     EXPECT_GE(stats[1].item<int64_t>(), 1) << "buckets launched from inside backward";
+    EXPECT_EQ(stats[2].item<int64_t>(), 0) << "a parameter no rank used has a gradient";
   }
 }
 

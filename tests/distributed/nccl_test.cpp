@@ -14,22 +14,22 @@
 namespace ranzcr {
 namespace {
 
-std::shared_ptr<Collectives> world_of_one(const std::string& backend, const torch::Device& device,
+std::shared_ptr<Collectives> world_of_one(Backend backend, const torch::Device& device,
                                           const std::string& store_path) {
   WorldInfo world;  // rank 0 of 1
-  world.launcher = "env";
+  world.launcher = Launcher::kEnv;
   ProcessGroupOptions o;
   o.backend = backend;
-  o.init_method = "file://" + store_path;
+  o.init_method = parse_init_method("file://" + store_path);
   o.timeout = std::chrono::seconds(60);
   o.device = device;
   return init_process_group(world, o);
 }
 
-void collectives_of_one(const std::string& backend, const torch::Device& device) {
+void collectives_of_one(Backend backend, const torch::Device& device) {
   test::TempDir dir;
   auto c = world_of_one(backend, device, dir / "store");
-  EXPECT_EQ(c->backend(), backend);
+  EXPECT_EQ(c->backend(), backend_name(backend));
   EXPECT_EQ(c->world_size(), 1);
   EXPECT_EQ(c->rank(), 0);
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
@@ -52,7 +52,7 @@ void collectives_of_one(const std::string& backend, const torch::Device& device)
 
 // Gradients after a DDP step through the process group equal those of the plain backward (a world of one
 // averages over one rank), and the buckets were launched from inside backward.
-void ddp_step_of_one(const std::string& backend, const torch::Device& device) {
+void ddp_step_of_one(Backend backend, const torch::Device& device) {
   test::TempDir dir;
   auto c = world_of_one(backend, device, dir / "store");
   torch::manual_seed(5);
@@ -89,26 +89,76 @@ void ddp_step_of_one(const std::string& backend, const torch::Device& device) {
   c->shutdown();
 }
 
+// A parameter the loss does not use keeps no gradient (PyTorch's DDP leaves it None), so AdamW leaves it
+// untouched instead of decaying it; the used ones are averaged as before, and a gradient that an unused
+// parameter already had stays as it was.
+void unused_parameter_of_one(Backend backend, const torch::Device& device) {
+  test::TempDir dir;
+  auto c = world_of_one(backend, device, dir / "store");
+  torch::manual_seed(3);
+  torch::nn::Linear used(4, 2), unused(4, 2), head(2, 1);
+  torch::nn::Sequential net(used, head);
+  net->register_module("unused", unused);
+  net->to(device);
+  DdpOptions o;
+  o.bucket_bytes = 16;  // one bucket per parameter: the unused one is in bucket 0 or later
+  o.sync_alone = true;
+  DistributedDataParallel ddp(*net, *c, o);
+  torch::optim::AdamW opt(net->parameters(), torch::optim::AdamWOptions(0.1).weight_decay(0.5));
+  const torch::Tensor before = unused->weight.detach().clone();
+  for (int step = 0; step < 2; ++step) {
+    opt.zero_grad();
+    const torch::Tensor loss = net->forward(torch::rand({3, 4}).to(device)).sum();
+    ddp.prepare_backward(loss);
+    loss.backward();
+    ddp.finish_gradient_sync();
+    EXPECT_FALSE(unused->weight.grad().defined()) << "step " << step;
+    EXPECT_FALSE(unused->bias.grad().defined()) << "step " << step;
+    EXPECT_TRUE(used->weight.grad().defined());
+    EXPECT_TRUE(head->bias.grad().defined());
+    opt.step();
+  }
+  EXPECT_TRUE(torch::equal(unused->weight.detach().cpu(), before.cpu()))
+      << "AdamW decayed an unused parameter";
+  // A gradient set before (by an earlier backward without DDP) is left as it was, not overwritten.
+  unused->weight.mutable_grad() = torch::full_like(unused->weight, 7.0);
+  const torch::Tensor loss = net->forward(torch::rand({3, 4}).to(device)).sum();
+  ddp.prepare_backward(loss);
+  loss.backward();
+  ddp.finish_gradient_sync();
+  EXPECT_TRUE(torch::equal(unused->weight.grad().cpu(), torch::full({2, 4}, 7.0)));
+  c->shutdown();
+}
+
 bool have_nccl() {
   return nccl_available() && torch::cuda::is_available();
 }
 
 TEST(ProcessGroupOfOne, GlooCollectives) {
-  collectives_of_one("gloo", torch::kCPU);
+  collectives_of_one(Backend::kGloo, torch::kCPU);
 }
 
 TEST(ProcessGroupOfOne, GlooDdpStep) {
-  ddp_step_of_one("gloo", torch::kCPU);
+  ddp_step_of_one(Backend::kGloo, torch::kCPU);
+}
+
+TEST(ProcessGroupOfOne, GlooUnusedParametersKeepNoGradient) {
+  unused_parameter_of_one(Backend::kGloo, torch::kCPU);
 }
 
 TEST(NcclCuda, CollectivesOfOneRank) {
   if (!have_nccl()) GTEST_SKIP() << "no CUDA device or no NCCL in this LibTorch";
-  collectives_of_one("nccl", torch::Device(torch::kCUDA, 0));
+  collectives_of_one(Backend::kNccl, torch::Device(torch::kCUDA, 0));
 }
 
 TEST(NcclCuda, DdpStepOfOneRank) {
   if (!have_nccl()) GTEST_SKIP() << "no CUDA device or no NCCL in this LibTorch";
-  ddp_step_of_one("nccl", torch::Device(torch::kCUDA, 0));
+  ddp_step_of_one(Backend::kNccl, torch::Device(torch::kCUDA, 0));
+}
+
+TEST(NcclCuda, UnusedParametersKeepNoGradient) {
+  if (!have_nccl()) GTEST_SKIP() << "no CUDA device or no NCCL in this LibTorch";
+  unused_parameter_of_one(Backend::kNccl, torch::Device(torch::kCUDA, 0));
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ TEST(World, TorchrunWithAgentStore) {
                       {"TORCHELASTIC_RESTART_COUNT", "2"}};
   const auto w = worker_from_env(env, false);
   ASSERT_TRUE(w);
-  EXPECT_EQ(w->launcher, "torchrun");
+  EXPECT_STREQ(launcher_name(w->launcher), "torchrun");
   EXPECT_EQ(w->rank, 3);
   EXPECT_EQ(w->world_size, 4);
   EXPECT_EQ(w->local_rank, 1);
@@ -49,7 +49,7 @@ TEST(World, Slurm) {
                 {"SLURM_JOB_ID", "123456"}};
   const auto w = worker_from_env(env, false);
   ASSERT_TRUE(w);
-  EXPECT_EQ(w->launcher, "slurm");
+  EXPECT_STREQ(launcher_name(w->launcher), "slurm");
   EXPECT_EQ(w->rank, 5);
   EXPECT_EQ(w->world_size, 8);
   EXPECT_EQ(w->local_rank, 1);
@@ -119,7 +119,7 @@ TEST(World, PlainEnvAndKubernetes) {
                                   {"KUBERNETES_SERVICE_HOST", "10.0.0.1"}},
                                  false);
   ASSERT_TRUE(w);
-  EXPECT_EQ(w->launcher, "kubernetes");
+  EXPECT_STREQ(launcher_name(w->launcher), "kubernetes");
   EXPECT_EQ(w->rank, 1);
   EXPECT_EQ(w->local_rank, 0);
   EXPECT_EQ(w->master_addr, "job-master-0");
@@ -130,7 +130,7 @@ TEST(World, PlainEnvAndKubernetes) {
                                      {"MASTER_PORT", "1234"}},
                                     false);
   ASSERT_TRUE(self);
-  EXPECT_EQ(self->launcher, "self");
+  EXPECT_STREQ(launcher_name(self->launcher), "self");
   EXPECT_EQ(self->local_world_size, 2);
   // Elastic PyTorchJob: PET_* variables describe the nodes; each pod launches its workers.
   const NodePlan plan = node_plan_from_env(

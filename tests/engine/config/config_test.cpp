@@ -2,7 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "engine/runtime/precision.h"
+#include "engine/runtime/placement.h"
 
 #include "tests/test_util.h"
 
@@ -78,18 +78,24 @@ TEST(Config, WrongTypeNamesTheKeyLineAndExpectation) {
 
 // train.device: auto | cpu | cuda | cuda:N; anything else is an error naming the key and what is valid.
 TEST(Config, DeviceSetting) {
-  EXPECT_EQ(parse_config("", "x").train.device, "auto");
-  for (const char* ok : {"auto", "cpu", "cuda", "cuda:0", "cuda:7"})
-    EXPECT_EQ(parse_config("", "x", {std::string("train.device=") + ok}).train.device, ok);
-  EXPECT_EQ(parse_device_setting("cuda:3").type, "cuda");
+  EXPECT_EQ(setting_text(parse_config("", "x").train.device), "auto");
+  for (const char* ok : {"auto", "cpu", "cuda", "cuda:0", "cuda:7"}) {
+    const Config c = parse_config("", "x", {std::string("train.device=") + ok});
+    EXPECT_EQ(setting_text(c.train.device), ok);
+    EXPECT_EQ(setting_text(parse_config(config_to_yaml(c), "back").train.device),
+              ok);  // written back the same
+  }
+  EXPECT_EQ(parse_device_setting("cuda:3").kind, DeviceSetting::Kind::kCuda);
   EXPECT_EQ(parse_device_setting("cuda:3").index, 3);
   EXPECT_EQ(parse_device_setting("cuda").index, -1);
-  EXPECT_EQ(parse_device_setting("cpu").type, "cpu");
+  EXPECT_EQ(parse_device_setting("cpu").kind, DeviceSetting::Kind::kCpu);
+  EXPECT_EQ(parse_device_setting("auto").kind, DeviceSetting::Kind::kAuto);
   for (const char* bad : {"gpu", "cuda:x", "cuda:-1", "CPU", "cuda:1.5", "0"}) {
     const std::string e = error_of("", {std::string("train.device=") + bad});
     EXPECT_NE(e.find("train.device must be auto, cpu, cuda or cuda:N"), std::string::npos)
         << bad << ": " << e;
     EXPECT_NE(e.find(std::string("got '") + bad + "'"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("(--set train.device="), std::string::npos) << bad << ": " << e;  // where it was set
   }
   EXPECT_NE(error_of("train:\n  device: gpu\n").find("train.device must be"), std::string::npos);
   EXPECT_NE(error_of("", {"train.device=cpu", "distributed.backend=nccl"})
@@ -97,9 +103,43 @@ TEST(Config, DeviceSetting) {
             std::string::npos);
 }
 
+// distributed.nproc_per_node (N or auto) and distributed.init_method (env://, tcp://host:port, file:///path)
+// are typed when the config is read: bad values are config errors naming the key and where it was set.
+TEST(Config, ProcessCountAndInitMethod) {
+  EXPECT_EQ(parse_config("", "x").distributed.nproc_per_node, (ProcessCount{false, 1}));
+  EXPECT_EQ(parse_config("", "x", {"distributed.nproc_per_node=4"}).distributed.nproc_per_node,
+            (ProcessCount{false, 4}));
+  for (const char* bad : {"0", "-1", "x", "1.5", "99999"}) {
+    const std::string e = error_of("", {std::string("distributed.nproc_per_node=") + bad});
+    EXPECT_NE(e.find("distributed.nproc_per_node must be a positive integer or auto"), std::string::npos)
+        << e;
+  }
+  const InitMethod tcp =
+      parse_config("", "x", {"distributed.init_method=tcp://10.0.0.1:29400"}).distributed.init_method;
+  EXPECT_EQ(tcp.kind, InitMethod::Kind::kTcp);
+  EXPECT_EQ(tcp.host, "10.0.0.1");
+  EXPECT_EQ(tcp.port, 29400);
+  const Config file = parse_config("", "x", {"distributed.init_method=file:///shared/store"});
+  EXPECT_EQ(file.distributed.init_method.kind, InitMethod::Kind::kFile);
+  EXPECT_EQ(file.distributed.init_method.path, "/shared/store");
+  EXPECT_EQ(setting_text(parse_config(config_to_yaml(file), "back").distributed.init_method),
+            "file:///shared/store");
+  EXPECT_EQ(parse_config("", "x", {"distributed.init_method=env"}).distributed.init_method.kind,
+            InitMethod::Kind::kEnv);
+  for (const char* bad :
+       {"tcp://host", "tcp://host:0", "tcp://host:70000", "tcp://:29500", "http://x:1", "file://"}) {
+    const std::string e = error_of("", {std::string("distributed.init_method=") + bad});
+    EXPECT_NE(e.find(std::string("distributed.init_method '") + bad + "': expected"), std::string::npos) << e;
+    EXPECT_NE(e.find("(--set distributed.init_method="), std::string::npos) << e;
+  }
+}
+
 // The device a rank gets for train.device, given the GPUs it sees (resolve_device is pure: no GPU needed).
 TEST(Config, DeviceResolution) {
   // resolve_device(setting, local_rank, local_world_size, visible_gpus, own_gpus)
+  const auto resolve_device = [](const std::string& setting, int rank, int ranks, int gpus, bool own) {
+    return ranzcr::resolve_device(parse_device_setting(setting), rank, ranks, gpus, own);
+  };
   EXPECT_EQ(resolve_device("auto", 0, 1, 0, false), torch::Device(torch::kCPU));
   EXPECT_EQ(resolve_device("auto", 1, 2, 2, false), torch::Device(torch::kCUDA, 1));
   EXPECT_EQ(resolve_device("cpu", 0, 1, 8, false), torch::Device(torch::kCPU));
@@ -107,7 +147,7 @@ TEST(Config, DeviceResolution) {
   EXPECT_EQ(resolve_device("cuda", 5, 8, 1, true), torch::Device(torch::kCUDA, 0));  // --gpus-per-task=1
   EXPECT_EQ(resolve_device("cuda:2", 0, 1, 4, false), torch::Device(torch::kCUDA, 2));
   EXPECT_EQ(resolve_device("cuda:0", 3, 8, 1, true), torch::Device(torch::kCUDA, 0));  // each rank its own
-  auto error = [](const std::string& setting, int rank, int ranks, int gpus, bool own) {
+  auto error = [&](const std::string& setting, int rank, int ranks, int gpus, bool own) {
     try {
       resolve_device(setting, rank, ranks, gpus, own);
     } catch (const std::runtime_error& e) {
@@ -134,7 +174,7 @@ TEST(Config, SetOverridesParseTheValueAsYaml) {
   EXPECT_EQ(c.data.label_columns, (std::vector<std::string>{"a", "b c"}));
   EXPECT_EQ(c.model.name, "resnet50");
   EXPECT_DOUBLE_EQ(c.optim.lr, 1e-4);
-  EXPECT_EQ(c.distributed.nproc_per_node, "auto");
+  EXPECT_TRUE(c.distributed.nproc_per_node.automatic);
   EXPECT_NE(
       error_of("", {"train.epochs=x"}).find("'train.epochs' at --set train.epochs=x: expected an integer"),
       std::string::npos);

@@ -146,5 +146,42 @@ TEST(Checkpoint, CodeThatDefinesAMethodIsRefusedBeforeLibTorchLoadsIt) {
   }
 }
 
+// Plain values (what training features keep beside their modules) come back by name and type; a
+// checkpoint without them, as written before there were any, reads as lacking each; a file that holds
+// them still loads where only the meta and the model are read.
+TEST(Checkpoint, PlainValuesRoundTripAndOlderCheckpointsLackThem) {
+  test::TempDir dir;
+  auto m = create_model("tiny_cnn", ModelSpec{});
+  CheckpointMeta meta;
+  meta.model_name = "tiny_cnn";
+  meta.epoch = 4;
+  const CheckpointValues values{{"some_count", int64_t{7}}, {"some_figure", 0.25}};
+  test::write_file(dir / "new.pt", serialize_checkpoint(meta, *m, nullptr, {}, values));
+  test::write_file(dir / "old.pt", serialize_checkpoint(meta, *m, nullptr));
+
+  CheckpointReader reader(dir / "new.pt");
+  EXPECT_EQ(reader.int_value("some_count"), std::optional<int64_t>(7));
+  EXPECT_EQ(reader.double_value("some_figure"), std::optional<double>(0.25));
+  EXPECT_FALSE(reader.int_value("other_count").has_value());
+  try {
+    reader.int_value("some_figure");
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir / "new.pt" + ": checkpoint value 'some_figure' holds a Double, expected an integer");
+  }
+  EXPECT_EQ(read_checkpoint_meta(dir / "new.pt").epoch, 4);
+  auto b = create_model("tiny_cnn", ModelSpec{});
+  EXPECT_EQ(load_checkpoint(dir / "new.pt", *b, nullptr).epoch, 4);
+
+  CheckpointReader old(dir / "old.pt");
+  EXPECT_FALSE(old.int_value("some_count").has_value());
+  EXPECT_FALSE(old.double_value("some_figure").has_value());
+
+  // A name that is not a feature's and a value's joined by '_' is refused when written.
+  for (const std::string name : {"count", "Some_count", "_count", "some.count", "some count", ""})
+    EXPECT_THROW(serialize_checkpoint(meta, *m, nullptr, {}, {{name, int64_t{1}}}), c10::Error) << name;
+}
+
 }  // namespace
 }  // namespace ranzcr

@@ -225,7 +225,7 @@ TEST(WeightFile, ADeeplyNestedPickleIsOneLineNotAStackOverflow) {
   const int n = 100000;
   const std::string path =
       archive_with_pickle("ranzcr_nested.pth", PickleBytes().op(']', n).op('a', n - 1).done());
-  expect_one_line_with(error_of(path), {path, "data.pkl nests objects more than 100 deep"});
+  expect_one_line_with(error_of(path), {path, "data.pkl: objects nest more than 100 deep"});
   fs::remove(path);
 }
 

@@ -17,6 +17,7 @@
 #include "engine/io/trained_model.h"
 #include "engine/report/curves.h"
 #include "engine/train/aux_seg.h"
+#include "engine/train/features.h"
 #include "engine/train/fused_optimizer.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
@@ -315,6 +316,79 @@ TEST_F(TrainerTest, EarlyStopCounterIsSaved) {
   EXPECT_EQ(test::read_metrics(cut.output.dir).size(), lines);
 }
 
+// Early stopping's count is its checkpoint value; a checkpoint that holds it in its meta alone (as those
+// written before feature values did) resumes with it. Early stopping moves no numbers: the same epochs
+// without it give the same metrics and weights.
+TEST_F(TrainerTest, EarlyStopResumesTheCountOfOldCheckpointsAndMovesNoNumbers) {
+  std::ostringstream out, err;
+  RunLog log(true, out, err, false);
+  RunLog quiet(false);
+  auto coll = make_local_collectives();
+  Config c = config(*dir_ / "es_old_full", 30);
+  c.train.early_stop_patience = 2;
+  c.optim.lr = 1e-9;
+  c.output.keep_every = 1;
+  const TrainSummary full = train(c, *coll, log, TrainOptions{});
+  ASSERT_TRUE(full.early_stopped);
+  ASSERT_GE(full.epochs, 3);
+  const std::string why = "early stop: no better val_auc_mean for 2 epochs";
+  EXPECT_EQ(full.stop_reason, why);
+  EXPECT_NE(out.str().find(why), std::string::npos) << out.str();
+
+  // The same run without early stopping, stopped by a signal after the same epoch (train.epochs, which
+  // shapes the schedule, unchanged).
+  Config plain = c;
+  plain.output.dir = *dir_ / "es_old_plain";
+  plain.train.early_stop_patience = 0;
+  std::atomic<int> stop{0};
+  TrainOptions stopping;
+  stopping.stop_signal = &stop;
+  stopping.before_validation = [&](int64_t epoch) {
+    if (epoch + 1 == full.epochs) stop = SIGTERM;
+  };
+  const TrainSummary p = train(plain, *coll, quiet, stopping);
+  EXPECT_FALSE(p.early_stopped);
+  EXPECT_EQ(p.epochs, full.epochs);
+  auto numbers = [](const std::string& run) {
+    std::vector<nlohmann::json> lines = test::read_metrics(run);
+    for (auto& j : lines)
+      for (const char* timing : {"images_per_sec", "epoch_seconds", "val_seconds", "auc_seconds"})
+        j.erase(timing);
+    return lines;
+  };
+  EXPECT_EQ(numbers(c.output.dir), numbers(plain.output.dir));
+  expect_same_weights(c.output.dir + "/checkpoints/last.pt", plain.output.dir + "/checkpoints/last.pt");
+
+  // The checkpoint of the epoch before the stop, written again the old way: the count in the meta alone.
+  const std::string old = *dir_ / "es_old.pt";
+  {
+    CheckpointReader reader(epoch_checkpoint_path(c.output.dir + "/checkpoints", "epoch_", full.epochs - 1));
+    ASSERT_EQ(reader.meta().epochs_since_best, 1);
+    EXPECT_EQ(reader.int_value("early_stop_epochs_since_best"), std::optional<int64_t>(1));
+    auto model = create_model("tiny_cnn", ModelSpec{});
+    auto optimizer = make_optimizer(c.optim, *model);
+    reader.restore(*model, optimizer.get());
+    write_file_atomic(old, serialize_checkpoint(reader.meta(), *model, optimizer.get()));
+  }
+  ASSERT_FALSE(CheckpointReader(old).int_value("early_stop_epochs_since_best").has_value());
+  Config r = c;
+  r.output.dir = *dir_ / "es_old_resumed";
+  TrainOptions o;
+  o.resume_path = old;
+  const TrainSummary resumed = train(r, *coll, quiet, o);
+  EXPECT_TRUE(resumed.early_stopped);
+  EXPECT_EQ(resumed.stop_reason, why);
+  EXPECT_EQ(test::trained_epochs(r.output.dir), std::vector<int64_t>{full.epochs});
+  // Run again, it has nothing to train: the features say it had stopped.
+  EXPECT_TRUE(train(r, *coll, log, TrainOptions{}).already_finished);
+  EXPECT_NE(out.str().find("nothing to train: the run in " + r.output.dir + " has finished (" +
+                           std::to_string(full.epochs) +
+                           " epochs, stopped early; raise train.epochs or train.early_stop_patience to train "
+                           "on, or set train.resume=never to start over)"),
+            std::string::npos)
+      << out.str();
+}
+
 // train.ema_decay: the EMA weights are validated (ema_val_* in metrics.jsonl), choose best.pt, are saved
 // in checkpoints and resume exactly.
 TEST_F(TrainerTest, EmaIsValidatedSavedAndResumedExactly) {
@@ -533,6 +607,74 @@ TEST_F(TrainerTest, TensorBoardReadsTheEventFiles) {
 // optim.fused: auto takes the fused kernels for CUDA parameters only (torch.optim's default), so a CPU
 // run steps with LibTorch's per-parameter AdamW/SGD and its numbers stay LibTorch's; true forces the
 // fused kernel on the CPU, false never takes it.
+// The early-stop feature alone: its count is a plain checkpoint value, saved and restored (the value, not
+// the meta, when both are there); a checkpoint holding it in its meta alone gives it from there.
+TEST(EarlyStopFeature, CountSurvivesSaveAndResumeAndComesFromTheMetaOfOldCheckpoints) {
+  test::TempDir dir;
+  Config config;
+  config.train.early_stop_patience = 2;
+  auto coll = make_local_collectives();
+  RunLog log(false);
+  DatasetIndex index;
+  LoaderOptions loader;
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules;
+  auto model = create_model("tiny_cnn", ModelSpec{});
+  TrainingSetup setup{config, *coll, log, torch::kCPU, false, index, dir.str(), *model, modules, loader};
+  CheckpointMeta meta;
+  auto epoch_end = [&](TrainingFeature& f, bool improved) {
+    EpochEnd end{1, meta, 0.5, improved, {}};
+    f.on_epoch_end(end);
+  };
+  auto resumed = [&](const std::string& path) {
+    std::unique_ptr<TrainingFeature> f = make_early_stop_feature(config);
+    f->setup(setup);
+    CheckpointReader reader(path);
+    f->restore(ResumeSource{reader, "", ""});
+    return f;
+  };
+
+  std::unique_ptr<TrainingFeature> f = make_early_stop_feature(config);
+  f->setup(setup);
+  epoch_end(*f, true);
+  epoch_end(*f, false);
+  EXPECT_FALSE(f->stop_reason().has_value());
+  CheckpointValues values;
+  f->save_values(values, meta);
+  ASSERT_EQ(values.count("early_stop_epochs_since_best"), 1u);
+  EXPECT_EQ(std::get<int64_t>(values.at("early_stop_epochs_since_best")), 1);
+  EXPECT_EQ(meta.epochs_since_best, 1);  // kept in the meta too, for its readers
+  write_file_atomic(dir / "new.pt", serialize_checkpoint(meta, *model, nullptr, {}, values));
+
+  std::unique_ptr<TrainingFeature> g = resumed(dir / "new.pt");
+  EXPECT_FALSE(g->stop_reason().has_value());
+  epoch_end(*g, false);
+  const std::optional<StopReason> stop = g->stop_reason();
+  ASSERT_TRUE(stop.has_value());
+  EXPECT_EQ(stop->why, "early stop: no better val_auc_mean for 2 epochs");
+  EXPECT_EQ(stop->raise, "train.early_stop_patience");
+
+  meta.epochs_since_best = 0;  // the value is what is restored
+  write_file_atomic(dir / "value.pt", serialize_checkpoint(meta, *model, nullptr, {},
+                                                           {{"early_stop_epochs_since_best", int64_t{2}}}));
+  EXPECT_TRUE(resumed(dir / "value.pt")->stop_reason().has_value());
+
+  meta.epochs_since_best = 2;  // an old checkpoint: the count in the meta alone
+  write_file_atomic(dir / "old.pt", serialize_checkpoint(meta, *model, nullptr));
+  EXPECT_TRUE(resumed(dir / "old.pt")->stop_reason().has_value());
+  meta.epochs_since_best = 1;
+  write_file_atomic(dir / "old1.pt", serialize_checkpoint(meta, *model, nullptr));
+  EXPECT_FALSE(resumed(dir / "old1.pt")->stop_reason().has_value());
+
+  // Without a patience it counts (a run resumed with one counts on) and never stops.
+  config.train.early_stop_patience = 0;
+  std::unique_ptr<TrainingFeature> off = resumed(dir / "old.pt");
+  epoch_end(*off, false);
+  EXPECT_FALSE(off->stop_reason().has_value());
+  values.clear();
+  off->save_values(values, meta);
+  EXPECT_EQ(std::get<int64_t>(values.at("early_stop_epochs_since_best")), 3);
+}
+
 TEST(MakeOptimizer, OptimFusedPicksTheStep) {
   for (const std::string name : {"adamw", "sgd"})
     for (const std::string fused : {"auto", "true", "false"}) {

@@ -1,4 +1,5 @@
-// Text taken from a file (a CSV field, a YAML value, a name inside an archive) for a one-line message.
+// Text taken from a file (a CSV field, a YAML value, a name inside an archive) for a one-line message. The
+// base room core/ holds this and the check macros (check.h): every other folder may use them.
 #pragma once
 
 #include <cstdio>
@@ -27,6 +28,11 @@ inline std::string printable(std::string_view text, size_t max_bytes = 80) {
     }
   }
   return end < text.size() ? out + "..." : out;
+}
+
+/// printable(text, max_bytes) in double quotes.
+inline std::string in_quotes(std::string_view text, size_t max_bytes = 80) {
+  return "\"" + printable(text, max_bytes) + "\"";
 }
 
 }  // namespace ranzcr

@@ -1,0 +1,43 @@
+#include "distributed/init_method.h"
+
+#include "core/check.h"
+
+namespace ranzcr {
+
+InitMethod parse_init_method(const std::string& text) {
+  InitMethod m;
+  if (text == "env://" || text == "env") return m;
+  if (text.rfind("file://", 0) == 0 && text.size() > 7) {
+    m.kind = InitMethod::Kind::kFile;
+    m.path = text.substr(7);
+    return m;
+  }
+  RANZCR_CHECK(text.rfind("tcp://", 0) == 0, "distributed.init_method '", text,
+               "': expected env://, tcp://host:port or file:///path");
+  const std::string host_port = text.substr(6);
+  const size_t colon = host_port.rfind(':');
+  const std::string digits = colon == std::string::npos ? "" : host_port.substr(colon + 1);
+  const bool number =
+      !digits.empty() && digits.size() <= 5 && digits.find_first_not_of("0123456789") == std::string::npos;
+  RANZCR_CHECK(colon != std::string::npos && colon > 0 && number && std::stoi(digits) >= 1 &&
+                   std::stoi(digits) <= 65535,
+               "distributed.init_method '", text, "': expected tcp://host:port (port 1 to 65535)");
+  m.kind = InitMethod::Kind::kTcp;
+  m.host = host_port.substr(0, colon);
+  m.port = std::stoi(digits);
+  return m;
+}
+
+std::string setting_text(const InitMethod& method) {
+  switch (method.kind) {
+    case InitMethod::Kind::kTcp:
+      return "tcp://" + method.host + ":" + std::to_string(method.port);
+    case InitMethod::Kind::kFile:
+      return "file://" + method.path;
+    case InitMethod::Kind::kEnv:
+      break;
+  }
+  return "env://";
+}
+
+}  // namespace ranzcr
