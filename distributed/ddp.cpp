@@ -176,7 +176,8 @@ DistributedDataParallel::DistributedDataParallel(torch::nn::Module& module, Coll
     s.bucket_of[i] = static_cast<int64_t>(s.buckets.size()) - 1;
     bytes += size;
   }
-  for (int64_t i : s.buckets.front()) s.bucket0_numel += s.params[i].numel();
+  if (!s.buckets.empty())
+    for (int64_t i : s.buckets.front()) s.bucket0_numel += s.params[i].numel();
   s.reset();
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
@@ -226,13 +227,17 @@ void DistributedDataParallel::prepare_backward(const torch::Tensor& loss) {
         torch::autograd::impl::grad_accumulator(s.params[i]).get() == s.accumulators[i].get(),
         "DistributedDataParallel: parameter ", i,
         " has a new gradient accumulator; construct the wrapper after loading weights");
-    if (!seen.count(s.accumulators[i].get())) unused.push_back(static_cast<int64_t>(i));
+    // Used here: in this backward's graph, or by an earlier micro-step of the window (its gradient
+    // accumulated without sync), whose gradient is then averaged as any other.
+    if (!seen.count(s.accumulators[i].get()) && !s.params[i].grad().defined())
+      unused.push_back(static_cast<int64_t>(i));
   }
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     s.unused_here = unused;  // before any bucket launches: bucket 0 carries them
   }
-  for (int64_t i : unused) s.on_grad_ready(i);  // contributes zeros; no gradient if no rank uses it
+  for (size_t i = 0; i < s.params.size(); ++i)  // not in the graph: ready now (zeros, or its accumulation)
+    if (!seen.count(s.accumulators[i].get())) s.on_grad_ready(static_cast<int64_t>(i));
 }
 
 void DistributedDataParallel::finish_gradient_sync() {

@@ -38,8 +38,9 @@ class DistributedDataParallel {
   void prepare_backward(const torch::Tensor& loss);
   /// Call after backward on a sync step: launches the buckets backward did not (parameters without a
   /// gradient contribute zeros), waits for all, and leaves every gradient averaged over the ranks. A
-  /// parameter that no rank used (prepare_backward on every rank) keeps its gradient as it was, undefined
-  /// after zero_grad, as PyTorch's DDP leaves it None: AdamW then skips it, no weight decay.
+  /// parameter that no rank used (outside every rank's graph at prepare_backward, and no gradient
+  /// accumulated by an earlier micro-step) stays without a gradient, as PyTorch's DDP leaves it None:
+  /// AdamW then skips it, no weight decay.
   void finish_gradient_sync();
   /// Averages buffers (BatchNorm running statistics) over the ranks.
   void average_buffers();

@@ -24,6 +24,8 @@ InitMethod parse_init_method(const std::string& text) {
                "distributed.init_method '", text, "': expected tcp://host:port (port 1 to 65535)");
   m.kind = InitMethod::Kind::kTcp;
   m.host = host_port.substr(0, colon);
+  if (m.host.size() > 2 && m.host.front() == '[' && m.host.back() == ']')  // an IPv6 address: [::1]
+    m.host = m.host.substr(1, m.host.size() - 2);
   m.port = std::stoi(digits);
   return m;
 }
@@ -31,7 +33,8 @@ InitMethod parse_init_method(const std::string& text) {
 std::string setting_text(const InitMethod& method) {
   switch (method.kind) {
     case InitMethod::Kind::kTcp:
-      return "tcp://" + method.host + ":" + std::to_string(method.port);
+      return "tcp://" + (method.host.find(':') == std::string::npos ? method.host : "[" + method.host + "]") +
+             ":" + std::to_string(method.port);
     case InitMethod::Kind::kFile:
       return "file://" + method.path;
     case InitMethod::Kind::kEnv:

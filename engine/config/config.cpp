@@ -236,6 +236,7 @@ Config parse_tree(YAML::Node root, Source src, const std::vector<std::string>& o
         if (!node.IsScalar()) throw YAML::BadConversion(node.Mark());
       }
       if constexpr (std::is_enum_v<T> || TextSetting<T>::value) {
+        check_printable(key, node.Scalar(), src.where(key, node));
         try {
           if constexpr (std::is_enum_v<T>)
             field = parse_setting<T>(key, node.Scalar());

@@ -90,8 +90,7 @@ void ddp_step_of_one(Backend backend, const torch::Device& device) {
 }
 
 // A parameter the loss does not use keeps no gradient (PyTorch's DDP leaves it None), so AdamW leaves it
-// untouched instead of decaying it; the used ones are averaged as before, and a gradient that an unused
-// parameter already had stays as it was.
+// untouched instead of decaying it; the used ones are averaged as before.
 void unused_parameter_of_one(Backend backend, const torch::Device& device) {
   test::TempDir dir;
   auto c = world_of_one(backend, device, dir / "store");
@@ -120,7 +119,8 @@ void unused_parameter_of_one(Backend backend, const torch::Device& device) {
   }
   EXPECT_TRUE(torch::equal(unused->weight.detach().cpu(), before.cpu()))
       << "AdamW decayed an unused parameter";
-  // A gradient set before (by an earlier backward without DDP) is left as it was, not overwritten.
+  // A gradient it already has (accumulated by an earlier micro-step without sync) counts as used: averaged
+  // over the ranks like any other, here over one, so it stays as it was.
   unused->weight.mutable_grad() = torch::full_like(unused->weight, 7.0);
   const torch::Tensor loss = net->forward(torch::rand({3, 4}).to(device)).sum();
   ddp.prepare_backward(loss);

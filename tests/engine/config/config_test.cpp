@@ -124,6 +124,11 @@ TEST(Config, ProcessCountAndInitMethod) {
   EXPECT_EQ(file.distributed.init_method.path, "/shared/store");
   EXPECT_EQ(setting_text(parse_config(config_to_yaml(file), "back").distributed.init_method),
             "file:///shared/store");
+  const Config v6 = parse_config("", "x", {"distributed.init_method=tcp://[::1]:29500"});
+  EXPECT_EQ(v6.distributed.init_method.host, "::1");  // as getaddrinfo takes it
+  EXPECT_EQ(setting_text(parse_config(config_to_yaml(v6), "back").distributed.init_method),
+            "tcp://[::1]:29500");
+  EXPECT_NE(error_of("", {"train.device=\"cuda\\x01\""}).find("holds a control character"), std::string::npos);
   EXPECT_EQ(parse_config("", "x", {"distributed.init_method=env"}).distributed.init_method.kind,
             InitMethod::Kind::kEnv);
   for (const char* bad :
