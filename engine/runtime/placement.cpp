@@ -1,5 +1,6 @@
 #include "engine/runtime/placement.h"
 
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 
 #include "core/check.h"
@@ -7,6 +8,14 @@
 #include "engine/runtime/precision.h"
 
 namespace ranzcr {
+namespace {
+
+// Process-wide settings for fast kernels on `device` (cuDNN benchmark mode on CUDA).
+void configure_device(const torch::Device& device) {
+  if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);  // fixed shapes: pick the fastest conv
+}
+
+}  // namespace
 
 int visible_gpus() {
   return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;

@@ -2,8 +2,6 @@
 
 #include <ATen/autocast_mode.h>
 
-#include <ATen/Context.h>
-
 #include <stdexcept>
 
 #include "core/check.h"
@@ -75,10 +73,6 @@ Autocast::~Autocast() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();  // cached casts of weights
   at::autocast::set_autocast_enabled(device_type_, was_enabled_);
   at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
-}
-
-void configure_device(const torch::Device& device) {
-  if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);  // fixed shapes: pick the fastest conv
 }
 
 }  // namespace ranzcr

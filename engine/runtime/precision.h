@@ -1,5 +1,5 @@
-// The numeric precision and memory layout of training and inference: autocast (bf16/fp16), channels_last,
-// process-wide kernel settings. The device itself: placement.h.
+// The numeric precision and memory layout of training and inference: autocast (bf16/fp16), channels_last.
+// The device, and process-wide kernel settings for it: placement.h.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -43,8 +43,5 @@ class Autocast {
   bool was_enabled_ = false;
   c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
 };
-
-/// Process-wide settings for fast kernels on `device` (cuDNN benchmark mode on CUDA).
-void configure_device(const torch::Device& device);
 
 }  // namespace ranzcr
