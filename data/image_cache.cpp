@@ -351,11 +351,13 @@ std::vector<Entry> decode_all(int fd, const std::string& tmp, uint64_t pixels_of
     std::unique_lock<std::mutex> lock(mutex);
     while (!stop && done < count) {
       cv.wait_for(lock, std::chrono::seconds(1));
-      if (progress) progress(done, count, bad);
+      if (progress && done < count) progress(done, count, bad);
     }
   }
   for (auto& t : pool) t.join();
   if (fatal) std::rethrow_exception(fatal);
+  // The last line once, here: the workers may all be done before the loop above looks even once.
+  if (progress) progress(count, count, bad);
   return entries;
 }
 
