@@ -1,6 +1,7 @@
 #include "distributed/init_method.h"
 
 #include "core/check.h"
+#include "core/digits.h"
 
 namespace ranzcr {
 
@@ -16,17 +17,16 @@ InitMethod parse_init_method(const std::string& text) {
                "': expected env://, tcp://host:port or file:///path");
   const std::string host_port = text.substr(6);
   const size_t colon = host_port.rfind(':');
-  const std::string digits = colon == std::string::npos ? "" : host_port.substr(colon + 1);
-  const bool number =
-      !digits.empty() && digits.size() <= 5 && digits.find_first_not_of("0123456789") == std::string::npos;
-  RANZCR_CHECK(colon != std::string::npos && colon > 0 && number && std::stoi(digits) >= 1 &&
-                   std::stoi(digits) <= 65535,
+  const std::optional<int> port = colon == std::string::npos
+                                      ? std::nullopt
+                                      : parse_digits(std::string_view(host_port).substr(colon + 1), 5);
+  RANZCR_CHECK(colon != std::string::npos && colon > 0 && port && *port >= 1 && *port <= 65535,
                "distributed.init_method '", text, "': expected tcp://host:port (port 1 to 65535)");
   m.kind = InitMethod::Kind::kTcp;
   m.host = host_port.substr(0, colon);
   if (m.host.size() > 2 && m.host.front() == '[' && m.host.back() == ']')  // an IPv6 address: [::1]
     m.host = m.host.substr(1, m.host.size() - 2);
-  m.port = std::stoi(digits);
+  m.port = *port;
   return m;
 }
 

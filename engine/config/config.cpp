@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/check.h"
+#include "core/digits.h"
 #include "core/printable.h"
 #include "data/image_pipeline.h"
 
@@ -321,12 +322,12 @@ DeviceSetting parse_device_setting(const std::string& text) {
     d.kind = text == "cpu" ? DeviceSetting::Kind::kCpu : DeviceSetting::Kind::kCuda;
     return d;
   }
-  const std::string digits = text.rfind("cuda:", 0) == 0 ? text.substr(5) : "";
-  RANZCR_CHECK(
-      !digits.empty() && digits.size() <= 4 && digits.find_first_not_of("0123456789") == std::string::npos,
-      "train.device must be auto, cpu, cuda or cuda:N (N a GPU index, 0 or more), got '", text, "'");
+  const std::optional<int> index =
+      text.rfind("cuda:", 0) == 0 ? parse_digits(std::string_view(text).substr(5), 4) : std::nullopt;
+  RANZCR_CHECK(index, "train.device must be auto, cpu, cuda or cuda:N (N a GPU index, 0 or more), got '",
+               text, "'");
   d.kind = DeviceSetting::Kind::kCuda;
-  d.index = std::stoi(digits);
+  d.index = *index;
   return d;
 }
 
@@ -348,11 +349,10 @@ ProcessCount parse_process_count(const std::string& text) {
     n.automatic = true;
     return n;
   }
-  const bool digits =
-      !text.empty() && text.size() < 5 && text.find_first_not_of("0123456789") == std::string::npos;
-  RANZCR_CHECK(digits && std::stoi(text) >= 1,
-               "distributed.nproc_per_node must be a positive integer or auto, got '", text, "'");
-  n.count = std::stoi(text);
+  const std::optional<int> count = parse_digits(text, 4);
+  RANZCR_CHECK(count && *count >= 1, "distributed.nproc_per_node must be a positive integer or auto, got '",
+               text, "'");
+  n.count = *count;
   return n;
 }
 

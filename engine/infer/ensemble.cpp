@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/digits.h"
 #include "engine/io/run_folder.h"
 #include "engine/runtime/precision.h"
 
@@ -19,10 +20,8 @@ namespace {
 // K of a "fold_K" folder name, or -1.
 int fold_number(const std::string& name) {
   const std::string prefix = "fold_";
-  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return -1;
-  const std::string digits = name.substr(prefix.size());
-  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 6) return -1;
-  return std::stoi(digits);
+  if (name.rfind(prefix, 0) != 0) return -1;
+  return parse_digits(std::string_view(name).substr(prefix.size()), 6).value_or(-1);
 }
 
 std::string join(const std::vector<std::string>& names) {
