@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/runtime/cuda_support.h"
+#include "engine/runtime/precision.h"
 
 namespace ranzcr {
 
@@ -64,7 +65,7 @@ DeviceBatch upload_batch(Batch batch, const DeviceBatchOptions& options_) {
   const auto format =
       options_.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   if (x.size(1) != options_.in_channels) x = x.expand({-1, options_.in_channels, -1, -1});
-  x = x.contiguous(format);
+  x = in_memory_format(x, format);  // a 1-channel batch gets NHWC strides (no copy): see precision.h
   out.images = x;
   out.labels = batch.labels.to(options_.device, /*non_blocking=*/true);
   if (batch.masks.defined()) {

@@ -1,6 +1,8 @@
 #include "engine/runtime/precision.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/core/MemoryFormat.h>
+#include <c10/util/strides.h>
 
 #include <stdexcept>
 
@@ -46,11 +48,26 @@ bool resolve_channels_last(OnOffAuto setting, const torch::Device& device) {
   return resolve_on_for_cuda(setting, device);
 }
 
+torch::Tensor in_memory_format(const torch::Tensor& t, torch::MemoryFormat format) {
+  if (t.dim() != 4) return t;
+  if (!t.is_contiguous(format)) return t.contiguous(format);
+  if (t.suggest_memory_format() == format) return t;
+  std::vector<int64_t> strides;
+  if (format == torch::MemoryFormat::ChannelsLast) {
+    strides = c10::get_channels_last_strides_2d(t.sizes());
+  } else {
+    const auto contiguous = c10::contiguous_strides(t.sizes());
+    strides.assign(contiguous.begin(), contiguous.end());
+  }
+  return t.as_strided(t.sizes(), strides, t.storage_offset());
+}
+
 void set_memory_format(torch::nn::Module& module, bool channels_last) {
   const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   torch::NoGradGuard no_grad;
   auto convert = [&](torch::Tensor t) {
-    if (t.dim() == 4 && !t.is_contiguous(format)) t.set_data(t.contiguous(format));
+    const torch::Tensor laid_out = in_memory_format(t.detach(), format);
+    if (!laid_out.strides().equals(t.strides())) t.set_data(laid_out);
   };
   for (auto& p : module.parameters()) convert(p);
   for (auto& b : module.buffers()) convert(b);

@@ -25,7 +25,16 @@ bool resolve_on_for_cuda(OnOffAuto setting, const torch::Device& device);
 /// train.channels_last: auto is on for CUDA devices (conv nets run faster in NHWC with cuDNN), off on CPUs.
 bool resolve_channels_last(OnOffAuto setting, const torch::Device& device);
 
-/// Puts every 4-d parameter and buffer of `module` in channels_last (NHWC) or back to contiguous.
+/// `t` (4-d) laid out so that its suggested memory format, the one cuDNN, oneDNN and the pooling kernels
+/// choose their layout from, is `format`; other tensors as they are. `t.contiguous(format)` is not enough:
+/// a tensor with one channel or a 1x1 spatial size ([64,1,7,7], [O,I,1,1], [N,1,H,W]) is already
+/// "contiguous" in both formats, and its NCHW strides make the convolution it enters run NCHW. Such a tensor
+/// gets the format's strides without a copy (its elements are in the same order); any other is copied.
+/// Python's `Tensor.to(memory_format=...)` decides the same way (by the suggested format).
+torch::Tensor in_memory_format(const torch::Tensor& t, torch::MemoryFormat format);
+
+/// Puts every 4-d parameter and buffer of `module` in channels_last (NHWC) or back to contiguous
+/// (in_memory_format), like `module.to(memory_format=...)`.
 void set_memory_format(torch::nn::Module& module, bool channels_last);
 
 /// Autocast for the guard's lifetime (torch.autocast(device_type, dtype)): matmuls and convolutions run
