@@ -134,6 +134,8 @@ int run_bench(const BenchArgs& args) {
                    options.warmup = args.warmup;
                    options.loader_steps = args.loader_steps;
                    options.device = device;
+                   options.profile_dir = args.profile;
+                   options.profile_steps = args.profile_steps;
                    const BenchResult r = run_bench(c, collectives, options);
                    if (!collectives.is_main()) return 0;
                    std::cout << bench_table(r) << std::flush;

@@ -62,8 +62,10 @@ struct BenchArgs {
   std::string nproc_per_node;  // --nproc-per-node ("" = from the config)
   int steps = 30;
   int warmup = 5;
-  int loader_steps = 0;           // 0: steps
-  std::string out;                // JSON file ("" = table only)
+  int loader_steps = 0;  // 0: steps
+  std::string out;       // JSON file ("" = table only)
+  std::string profile;   // folder for a profiler trace and kernel table ("" = none)
+  int profile_steps = 5;
   std::vector<std::string> argv;  // the command line after the program name (re-used by workers)
 };
 

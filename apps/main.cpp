@@ -147,6 +147,12 @@ void add_bench(CLI::App& app, Commands& c) {
        "Timed batches of the loader figure (default: --steps; the loader alone is cheap to time longer)")
       ->check(CLI::Range(1, 1000000));
   b->add_option("--out", c.bench.out, "Write the figures as JSON here");
+  b->add_option(
+      "--profile", c.bench.profile,
+      "Profile compute steps into this folder: trace.json (Kineto trace with input shapes and strides, "
+      "for Perfetto), kernels.json and kernels.md (top kernels by device time)");
+  b->add_option("--profile-steps", c.bench.profile_steps, "Steps the profiler records (with --profile)")
+      ->check(CLI::Range(1, 1000));
   c.add(b, [&c] { return ranzcr::run_bench(c.bench); });
 }
 

@@ -12,6 +12,7 @@
 #   TENSORBOARD_PIP_SPEC=tensorboard==2.21.0 ...      # the tensorboard for the event-file test (into .venv)
 #   TIMM_PIP_SPEC=timm==1.0.31 ...                    # the timm for the logits parity test (into .venv, --no-deps)
 #   SELENIUM_PIP_SPEC=selenium==4.51.0 ...            # the Selenium for serve's browser test (into .venv)
+#   OPENCV_PIP_SPEC=opencv-python-headless==5.0.0.93 ... # OpenCV for the PyTorch benchmark reference (into .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -113,6 +114,17 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
     say "no timm in .venv (RANZCR_OFFLINE=1 forbids pip): the timm parity test will be skipped"
   elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${TIMM_PIP_SPEC:-timm==1.0.31}" > "$ROOT/.venv/pip-timm.log" 2>&1; then
     reference_missing "pip install timm failed (.venv/pip-timm.log)" "the timm parity test will be skipped"
+  fi
+fi
+
+# OpenCV's Python package, for the PyTorch side of the benchmarks (scripts/bench/pytorch_reference.py, which
+# decodes like a typical Python pipeline) and its test (tests/scripts/pytorch_reference_test.sh). --no-deps:
+# numpy is already there (the tensorboard above brings it).
+if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import cv2' >/dev/null 2>&1; then
+  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
+    say "no cv2 in .venv (RANZCR_OFFLINE=1 forbids pip): the PyTorch reference's test will be skipped"
+  elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${OPENCV_PIP_SPEC:-opencv-python-headless==5.0.0.93}" > "$ROOT/.venv/pip-opencv.log" 2>&1; then
+    reference_missing "pip install opencv-python-headless failed (.venv/pip-opencv.log)" "the PyTorch reference's test will be skipped"
   fi
 fi
 

@@ -1,6 +1,9 @@
 #include "engine/jobs/bench.h"
 #include "core/check.h"
 
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <dlfcn.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 #include <nlohmann/json.hpp>
@@ -8,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iomanip>
 #include <sstream>
 
@@ -16,7 +20,9 @@
 #include "data/sampler.h"
 #include "data/split.h"
 #include "distributed/ddp.h"
+#include "distributed/process_group.h"
 #include "engine/io/pretrained.h"
+#include "engine/jobs/step_profile.h"
 #include "engine/runtime/device_batches.h"
 #include "engine/train/fused_optimizer.h"
 #include "engine/train/train_step.h"
@@ -91,23 +97,51 @@ double time_loader(const Setup& s, const Config& config, const BenchOptions& o, 
   return images / watch.stop();
 }
 
-double time_compute(const Setup& s, const Config& config, const BenchOptions& o, TrainStep& step,
+// One batch on the device, then the loader's threads stop: on a CPU they would take cores from the compute.
+DeviceBatch fixed_batch(const Setup& s, const Config& config) {
+  BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config.data, config.seed)), 0,
+                     s.loader);
+  DeviceBatches batches(loader, s.batches);
+  return *batches.next();
+}
+
+double time_compute(const DeviceBatch& batch, const BenchOptions& o, const std::function<void()>& run,
                     Stopwatch& watch) {
-  DeviceBatch batch;
-  {  // one batch, then the loader's threads stop: on a CPU they would take cores from the compute
-    BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config.data, config.seed)), 0,
-                       s.loader);
-    DeviceBatches batches(loader, s.batches);
-    batch = *batches.next();
-  }
-  auto run = [&] {
-    step.forward_backward(batch.images, batch.labels, true);
-    step.optimizer_step(config.optim.lr);
-  };
   for (int i = 0; i < o.warmup; ++i) run();
   watch.start();
   for (int i = 0; i < o.steps; ++i) run();
   return static_cast<double>(batch.size()) * o.steps / watch.stop();
+}
+
+// --profile: the main rank records the steps (trace, kernel table); the others take the same steps with it.
+// Returns the main rank's kernel table (top 10), "" on the others.
+std::string profile_compute(const BenchOptions& o, const std::function<void()>& run,
+                            Collectives& collectives) {
+  std::string table;
+  collectives.barrier();
+  if (collectives.is_main()) {
+    table = profile_table(write_step_profile(run, o.profile_steps, o.device, o.profile_dir), 10);
+  } else {
+    for (int i = 0; i < o.profile_steps; ++i) run();
+  }
+  collectives.barrier();
+  return table;
+}
+
+// The version of the cuBLAS this process loaded (with LibTorch's CUDA libraries), asked of the library
+// itself; "" when none is loaded (a CPU build) or it does not answer.
+std::string loaded_cublas_version() {
+  using GetProperty = int (*)(int, int*);  // cublasGetProperty(libraryPropertyType, int*)
+  auto get = reinterpret_cast<GetProperty>(dlsym(RTLD_DEFAULT, "cublasGetProperty"));
+  int major = 0, minor = 0, patch = 0;
+  if (!get || get(0, &major) != 0 || get(1, &minor) != 0 || get(2, &patch) != 0) return "";
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+std::string loaded_cudnn_version() {
+  if (!at::hasCUDA() || !at::detail::getCUDAHooks().hasCuDNN()) return "";
+  const long v = at::detail::getCUDAHooks().versionCuDNN();  // major * 10000 + minor * 100 + patch (cuDNN 9)
+  return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." + std::to_string(v % 100);
 }
 
 struct E2e {
@@ -163,7 +197,15 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   BenchResult r;
   const int world = collectives.world_size();
   r.loader_images_per_sec = world * time_loader(s, config, o, watch);
-  r.compute_images_per_sec = world * time_compute(s, config, o, step, watch);
+  {
+    const DeviceBatch batch = fixed_batch(s, config);
+    auto run = [&] {
+      step.forward_backward(batch.images, batch.labels, true);
+      step.optimizer_step(config.optim.lr);
+    };
+    r.compute_images_per_sec = world * time_compute(batch, o, run, watch);
+    if (!o.profile_dir.empty()) r.profile_table = profile_compute(o, run, collectives);
+  }
   const E2e e2e = time_e2e(s, config, o, step, ddp, watch);
   r.e2e_images_per_sec = world * e2e.images_per_sec;
   if (world > 1) r.sync_wait_share = e2e.sync_wait_share;
@@ -179,6 +221,11 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   r.steps = o.steps;
   r.warmup = o.warmup;
   r.loader_steps = loader_steps(o);
+  r.torch_version = TORCH_VERSION;
+  r.cudnn_version = loaded_cudnn_version();
+  r.cublas_version = loaded_cublas_version();
+  r.nccl_version = nccl_version();
+  r.profile_dir = o.profile_dir;
   return r;
 }
 
@@ -201,7 +248,13 @@ std::string bench_json(const BenchResult& r) {
   j["steps"] = r.steps;
   j["warmup"] = r.warmup;
   j["loader_steps"] = r.loader_steps;
-  j["torch_version"] = TORCH_VERSION;
+  j["torch_version"] = r.torch_version;
+  auto version = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  j["versions"] = {{"torch", r.torch_version},
+                   {"cudnn", version(r.cudnn_version)},
+                   {"cublas", version(r.cublas_version)},
+                   {"nccl", version(r.nccl_version)}};
+  if (!r.profile_dir.empty()) j["profile_dir"] = r.profile_dir;
   return j.dump(2) + "\n";
 }
 
@@ -222,6 +275,16 @@ std::string bench_table(const BenchResult& r) {
      << " images/s  (training step fed by the loader)\n";
   if (r.world_size > 1)
     ss << "  gradient sync wait: " << std::setprecision(1) << 100.0 * r.sync_wait_share << "% of e2e time\n";
+  ss << "  LibTorch " << r.torch_version;
+  if (!r.cudnn_version.empty()) ss << ", cuDNN " << r.cudnn_version;
+  if (!r.cublas_version.empty()) ss << ", cuBLAS " << r.cublas_version;
+  if (!r.nccl_version.empty()) ss << ", NCCL " << r.nccl_version;
+  ss << "\n";
+  if (!r.profile_dir.empty())
+    ss << "\n"
+       << r.profile_table << "(the whole table: " << r.profile_dir
+       << "/kernels.md; the trace: " << r.profile_dir
+       << "/trace.json, for https://ui.perfetto.dev or chrome://tracing)\n";
   return ss.str();
 }
 

@@ -17,6 +17,8 @@ struct BenchOptions {
   int warmup = 5;        // untimed batches / steps before each figure (thread start-up, cuDNN autotuning)
   int loader_steps = 0;  // timed batches of the loader figure; 0: steps
   torch::Device device = torch::kCPU;
+  std::string profile_dir;  // set: a profiler trace and kernel table of profile_steps compute steps here
+  int profile_steps = 5;
 };
 
 struct BenchResult {
@@ -28,6 +30,10 @@ struct BenchResult {
   double sync_wait_share = -1.0;    // world size > 1: share of e2e time in the gradient-sync wait
   std::string device, model, precision;
   bool channels_last = false;
+  // The libraries this process loaded: LibTorch, and on CUDA cuDNN, cuBLAS, NCCL ("" where absent).
+  std::string torch_version, cudnn_version, cublas_version, nccl_version;
+  std::string profile_dir;    // where --profile wrote trace.json, kernels.json, kernels.md ("" = not asked)
+  std::string profile_table;  // its top kernels (the main rank's)
   int image_size = 0, batch_size = 0, threads = 0, loader_workers = 0, world_size = 1, steps = 0, warmup = 0,
       loader_steps = 0;
 };

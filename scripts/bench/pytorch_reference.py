@@ -32,16 +32,39 @@ How it matches ranzcr (read from the C++ sources):
            optim.grad_clip > 0; train.precision auto|fp32|bf16|fp16 (auto: bf16 on CUDA if supported, else
            fp32), train.channels_last auto|true|false (auto: on for CUDA), cudnn.benchmark, non_blocking.
 
+Options beyond the figures:
+  --threads N   torch.set_num_threads(N) (intra-op threads; overrides train.num_threads). compare.sh passes
+                ranzcr's "threads" so both sides compute with as many.
+  --compile     the compute figure with the model under torch.compile (default mode); the warm-up (at least 2
+                steps) includes the compilation, whose time is "compile_seconds". Compute only: the loader
+                and e2e figures are null; "implementation" is "pytorch-compile".
+  --profile DIR after the figures, profiles 2 warm-up + 5 recorded compute steps on the fixed batch with
+                torch.profiler (CPU, plus CUDA on a GPU; record_shapes, so the trace has "Input Dims" and
+                "Input Strides"; the device synchronised after each step, as ranzcr's profile does) and writes
+                DIR/trace.json (chrome trace: open in https://ui.perfetto.dev), DIR/kernels.json and
+                DIR/kernels.md. kernels.json is the schema `ranzcr bench --profile` writes too:
+                {"implementation", "device", "steps", "cpu_ms_per_step" (host time of a step until it is
+                queued: the CPU side), "wall_ms_per_step" (until the device is done), "device_ms_per_step" (the
+                time of every listed kind / steps), "kernel_source" ("cuda kernels": every device activity,
+                kernels, memcpy and memset; "cpu operators (self time)": on a CPU, where there are no kernels,
+                every operator but the user scopes by self CPU time), "kernels": the top 25 by total_ms,
+                [{"name", "calls", "total_ms" (all recorded steps), "share" (of all of that kind's time)}]}.
+The JSON also records "threads" and "versions": {"torch", "cudnn" ("9.19.0"), "cublas" ("13.0.2", from the
+libcublas this process loaded), "nccl" ("2.28.9")}, null where absent (cublas: null on a CPU run).
+
 Usage: pytorch_reference.py --config FILE [--set k=v ...] [--steps N] [--warmup W] [--loader-steps L] [--out FILE]
                             [--device cpu|cuda] [--reduced-decode] [--model-source auto|timm|torchvision|builtin]
+                            [--threads N] [--compile] [--profile DIR]
 Needs torch, numpy, opencv (cv2) and PyYAML: pip install opencv-python-headless numpy pyyaml
 """
 import argparse
 import contextlib
 import csv
+import ctypes
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -418,6 +441,117 @@ def resolve_channels_last(value, cuda):
     return cuda if v == "auto" else v == "true"
 
 
+# ---------------------------------------------------------------- versions, profile
+def dotted_cudnn(v):
+    """torch.backends.cudnn.version() (91900, or 8907 before cuDNN 9) as "9.19.0" / "8.9.7"."""
+    if not v:
+        return None
+    major, rest = (v // 10000, v % 10000) if v >= 90000 else (v // 1000, v % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def cublas_version():
+    """The version of the libcublas this process loaded ("13.0.2"), from cublasGetProperty; None when none is
+    loaded (a CPU run). The soname's number when the call is not there."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if re.search(r"/libcublas\.so[.\d]*$", line.strip())})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            get = ctypes.CDLL(path).cublasGetProperty
+            get.argtypes, get.restype = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)], ctypes.c_int
+            parts = []
+            for prop in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+                v = ctypes.c_int()
+                if get(prop, ctypes.byref(v)) != 0:
+                    raise OSError("cublasGetProperty failed")
+                parts.append(str(v.value))
+            return ".".join(parts)
+        except (OSError, AttributeError):
+            m = re.search(r"libcublas\.so\.([\d.]+)$", path)
+            if m:
+                return m.group(1)
+    return None
+
+
+def library_versions(cuda):
+    try:
+        cudnn = dotted_cudnn(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None
+    except Exception:  # a CUDA build without a loadable cuDNN
+        cudnn = None
+    nccl = None
+    try:
+        if torch.cuda.is_available():
+            v = torch.cuda.nccl.version()
+            nccl = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+    except Exception:  # no NCCL in this build
+        nccl = None
+    return {"torch": torch.__version__, "cudnn": cudnn, "cublas": cublas_version() if cuda else None, "nccl": nccl}
+
+
+def profile_steps(step, x, y, sync, cuda, out_dir, meta, warmup=2, active=5, top=25):
+    """Profiles warmup + active compute steps with torch.profiler and writes out_dir/trace.json, kernels.json and
+    kernels.md (the schema `ranzcr bench --profile` writes). Returns the kernels.json object."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    os.makedirs(out_dir, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    host_ms, wall_ms = [], []
+    sync()
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=warmup, active=active, repeat=1),
+                 record_shapes=True) as prof:
+        for _ in range(warmup + active):
+            t0 = time.perf_counter()
+            step(x, y)
+            t1 = time.perf_counter()
+            sync()  # each step starts with the device idle, as in ranzcr's profile (engine/jobs/step_profile.cpp)
+            host_ms.append(1e3 * (t1 - t0))
+            wall_ms.append(1e3 * (time.perf_counter() - t0))
+            prof.step()
+    prof.export_chrome_trace(os.path.join(out_dir, "trace.json"))
+    agg = {}  # name -> [calls, microseconds]
+    for e in prof.events():
+        if cuda:
+            if e.device_type != DeviceType.CUDA:
+                continue
+            us = e.time_range.elapsed_us()
+        else:  # every operator but the user scopes (ProfilerStep#, Optimizer.step#...), as ranzcr counts them
+            if e.device_type != DeviceType.CPU or e.is_async or e.is_user_annotation:
+                continue
+            us = e.self_cpu_time_total
+        a = agg.setdefault(e.name, [0, 0.0])
+        a[0] += 1
+        a[1] += us
+    total_us = sum(a[1] for a in agg.values())
+    ranked = sorted(agg.items(), key=lambda kv: -kv[1][1])[:top]
+    result = dict(meta)
+    result.update({
+        "steps": active,
+        "cpu_ms_per_step": round(sum(host_ms[warmup:]) / active, 3),
+        "wall_ms_per_step": round(sum(wall_ms[warmup:]) / active, 3),
+        "device_ms_per_step": round(total_us / 1e3 / active, 3),
+        "kernel_source": "cuda kernels" if cuda else "cpu operators (self time)",
+        "kernels": [{"name": name, "calls": calls, "total_ms": round(us / 1e3, 3),
+                     "share": round(us / total_us, 4) if total_us else 0.0} for name, (calls, us) in ranked],
+    })
+    with open(os.path.join(out_dir, "kernels.json"), "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    lines = [f"Profile of {active} steps of {result['implementation']} on {result['device']}: "
+             f"{result['cpu_ms_per_step']:.2f} ms per step on the host (until queued), {result['wall_ms_per_step']:.2f} "
+             f"ms with the device done, {result['device_ms_per_step']:.2f} ms of {result['kernel_source']}", "",
+             "| kernel | calls | total ms | share |", "|---|---:|---:|---:|"]
+    for k in result["kernels"]:
+        name = (k["name"] if len(k["name"]) <= 100 else k["name"][:97] + "...").replace("|", "/")
+        lines.append(f"| {name} | {k['calls']} | {k['total_ms']:.3f} | {100 * k['share']:.1f}% |")
+    with open(os.path.join(out_dir, "kernels.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return result
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True)
@@ -429,9 +563,14 @@ def main():
     p.add_argument("--device", choices=["cpu", "cuda"])
     p.add_argument("--reduced-decode", action="store_true", help="decode JPEGs at 1/2, 1/4, 1/8 like ranzcr")
     p.add_argument("--model-source", choices=["auto", "timm", "torchvision", "builtin"], default="auto")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (torch.set_num_threads); 0: train.num_threads")
+    p.add_argument("--compile", action="store_true", help="compute figure only, the model under torch.compile")
+    p.add_argument("--profile", metavar="DIR", help="also profile 2 + 5 compute steps: DIR/trace.json, kernels.json, kernels.md")
     args = p.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.loader_steps < 0:
         fail("--steps must be >= 1, --warmup and --loader-steps >= 0")
+    if args.threads < 0:
+        fail(f"--threads must be >= 0, got {args.threads}")
     cfg = load_config(args.config, args.set)
     d, t, o, mc = cfg["data"], cfg["train"], cfg["optim"], cfg["model"]
     seed = int(cfg["seed"])
@@ -439,8 +578,9 @@ def main():
         fail("--device cuda: no CUDA device visible to this torch build")
     device = torch.device("cuda:0" if (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda" else "cpu")
     cuda = device.type == "cuda"
-    if int(t["num_threads"]) > 0:
-        torch.set_num_threads(int(t["num_threads"]))
+    threads = args.threads or int(t["num_threads"])
+    if threads > 0:
+        torch.set_num_threads(threads)
     precision = str(t.get("precision", "auto")).lower()
     if precision == "auto":
         precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
@@ -464,11 +604,14 @@ def main():
     torch.manual_seed(seed)
     model, source = create_model(mc["name"], int(mc["in_channels"]), len(names), float(mc["dropout"]), args.model_source)
     model = model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format).train()
+    params = list(model.parameters())
+    if args.compile:
+        model = torch.compile(model)  # default mode; compiles on the first step (in the warm-up)
     if o["name"] == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=float(o["lr"]), momentum=float(o["momentum"]), nesterov=True,
+        opt = torch.optim.SGD(params, lr=float(o["lr"]), momentum=float(o["momentum"]), nesterov=True,
                               weight_decay=float(o["weight_decay"]))
     else:
-        opt = torch.optim.AdamW(model.parameters(), lr=float(o["lr"]), weight_decay=float(o["weight_decay"]))
+        opt = torch.optim.AdamW(params, lr=float(o["lr"]), weight_decay=float(o["weight_decay"]))
     loss_fn = nn.BCEWithLogitsLoss()
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
@@ -490,7 +633,7 @@ def main():
         else:
             loss.backward()
         if clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            torch.nn.utils.clip_grad_norm_(params, clip)
         if scaler:
             scaler.step(opt)
             scaler.update()
@@ -502,74 +645,102 @@ def main():
         if cuda:
             torch.cuda.synchronize(device)
 
-    print(f"pytorch reference: {len(paths)} training images, {len(names)} labels, {mc['name']} ({source}), "
-          f"{device}, {precision}, decode {'reduced' if args.reduced_decode else 'full'}", flush=True)
-    # loader alone (worker start-up falls in the warm-up batches)
+    impl = "pytorch-compile" if args.compile else "pytorch"
+    print(f"pytorch reference: {len(paths)} training images, {len(names)} labels, {mc['name']} ({source}"
+          f"{', torch.compile' if args.compile else ''}), {device}, {precision}, "
+          f"decode {'reduced' if args.reduced_decode else 'full'}", flush=True)
     loader_steps = args.loader_steps or args.steps
-    loader = make_loader(0)
-    it = cycle(loader)
-    fixed = None
-    for _ in range(args.warmup):
-        fixed = next(it)
-    t0, n = time.perf_counter(), 0
-    for _ in range(loader_steps):
-        batch = next(it)
-        n += batch[0].shape[0]
-    loader_ips = n / (time.perf_counter() - t0)
-    if fixed is None:
-        fixed = batch
-    it.close()
-    close_loader(loader)
+    loader_ips = e2e_ips = compile_seconds = None
+    warmup = max(args.warmup, 2) if args.compile else args.warmup
+    if args.compile:  # compute only: one batch for it, no loader figure
+        fixed = next(iter(torch.utils.data.DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=True,
+                                                      num_workers=0, generator=torch.Generator().manual_seed(seed))),
+                     None)
+        if fixed is None:
+            fail("the training split has fewer images than one batch (lower train.batch_size)")
+    else:  # loader alone (worker start-up falls in the warm-up batches)
+        loader = make_loader(0)
+        it = cycle(loader)
+        fixed = None
+        for _ in range(args.warmup):
+            fixed = next(it)
+        t0, n = time.perf_counter(), 0
+        for _ in range(loader_steps):
+            batch = next(it)
+            n += batch[0].shape[0]
+        loader_ips = n / (time.perf_counter() - t0)
+        if fixed is None:
+            fixed = batch
+        it.close()
+        close_loader(loader)
     # compute on one fixed batch, with the loader stopped
     x, y = to_device(*fixed)
-    for _ in range(args.warmup):
+    for i in range(warmup):
+        t0 = time.perf_counter()
         step(x, y)
+        if i == 0 and args.compile:
+            sync()
+            compile_seconds = time.perf_counter() - t0
     sync()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         step(x, y)
     sync()
     compute_ips = args.steps * x.shape[0] / (time.perf_counter() - t0)
-    # end to end: a fresh DataLoader feeding the real step
-    loader = make_loader(1)
-    it = cycle(loader)
-    for _ in range(args.warmup):
-        step(*to_device(*next(it)))
-    sync()
-    t0, n = time.perf_counter(), 0
-    for _ in range(args.steps):
-        images, targets = next(it)
-        n += images.shape[0]
-        step(*to_device(images, targets))
-    sync()
-    e2e_ips = n / (time.perf_counter() - t0)
-    it.close()
-    close_loader(loader)
+    if not args.compile:  # end to end: a fresh DataLoader feeding the real step
+        loader = make_loader(1)
+        it = cycle(loader)
+        for _ in range(args.warmup):
+            step(*to_device(*next(it)))
+        sync()
+        t0, n = time.perf_counter(), 0
+        for _ in range(args.steps):
+            images, targets = next(it)
+            n += images.shape[0]
+            step(*to_device(images, targets))
+        sync()
+        e2e_ips = n / (time.perf_counter() - t0)
+        it.close()
+        close_loader(loader)
+
+    def rounded(v):
+        return None if v is None else round(v, 2)
 
     result = {
-        "implementation": "pytorch", "device": str(device), "model": mc["name"], "image_size": size,
+        "implementation": impl, "device": str(device), "model": mc["name"], "image_size": size,
         "batch_size": bs, "precision": precision, "channels_last": channels_last, "threads": torch.get_num_threads(),
-        "loader_workers": workers, "world_size": 1, "steps": args.steps, "warmup": args.warmup,
-        "loader_steps": loader_steps, "torch_version": torch.__version__,
-        "loader_images_per_sec": round(loader_ips, 2), "compute_images_per_sec": round(compute_ips, 2),
-        "e2e_images_per_sec": round(e2e_ips, 2), "decode": "reduced" if args.reduced_decode else "full",
-        "model_source": source, "opencv_version": cv2.__version__,
-        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "loader_workers": workers, "world_size": 1, "steps": args.steps, "warmup": warmup,
+        "loader_steps": None if args.compile else loader_steps, "torch_version": torch.__version__,
+        "loader_images_per_sec": rounded(loader_ips), "compute_images_per_sec": rounded(compute_ips),
+        "e2e_images_per_sec": rounded(e2e_ips), "decode": "reduced" if args.reduced_decode else "full",
+        "model_source": source, "compile": args.compile, "compile_seconds": rounded(compile_seconds),
+        "opencv_version": cv2.__version__, "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "versions": library_versions(cuda),
     }
     # The table of `ranzcr bench` (engine/jobs/bench.cpp bench_table), plus the reference's own settings.
-    print(f"bench (pytorch reference): {mc['name']} {size} px, batch {bs} x 1 rank(s), {precision}"
+    print(f"bench ({'pytorch reference, torch.compile' if args.compile else 'pytorch reference'}): {mc['name']} {size} px, batch {bs} x 1 rank(s), {precision}"
           f"{', channels_last' if channels_last else ''}, device {device}, {result['threads']} threads, {workers} "
-          f"loader workers, {args.steps} steps after {args.warmup} warm-up; decode {result['decode']}, model from "
+          f"loader workers, {args.steps} steps after {warmup} warm-up; decode {result['decode']}, model from "
           f"{source}, torch {torch.__version__}")
+    v = result["versions"]
+    print(f"  versions: cuDNN {v['cudnn'] or '-'}, cuBLAS {v['cublas'] or '-'}, NCCL {v['nccl'] or '-'}"
+          + (f"; compiled in {compile_seconds:.1f} s (first step)" if compile_seconds is not None else ""))
     for key, what in (("loader", "read, decode, augment, collate"), ("compute", "forward, backward, step; batch on device"),
                       ("e2e", "training step fed by the loader")):
-        print(f"  {key:<8} {result[key + '_images_per_sec']:>10.1f} images/s  ({what})")
+        value = result[key + "_images_per_sec"]
+        shown = f"{value:>10.1f}" if value is not None else f"{'-':>10}"
+        print(f"  {key:<8} {shown} images/s  ({what}{'; not measured with --compile' if value is None else ''})")
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
             f.write("\n")
         print(f"wrote {args.out}")
+    if args.profile:
+        prof = profile_steps(step, x, y, sync, cuda, args.profile, {"implementation": impl, "device": str(device)})
+        print(f"profile: {prof['steps']} steps, {prof['cpu_ms_per_step']:.2f} ms host time and "
+              f"{prof['device_ms_per_step']:.2f} ms of {prof['kernel_source']} per step; wrote "
+              f"{os.path.join(args.profile, 'trace.json')}, kernels.json, kernels.md")
 
 
 if __name__ == "__main__":

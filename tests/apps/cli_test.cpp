@@ -321,16 +321,63 @@ TEST_F(CliTest, MissingCsvImageAndCorruptJpeg) {
   EXPECT_NE(ok.output.find("unreadable images skipped"), std::string::npos) << ok.output;
 }
 
+// bench --profile DIR: a Kineto trace that opens as Chrome trace JSON, with the profiled steps marked and
+// the convolution recorded with its input shapes and strides (the layout), and the kernel table (on a CPU,
+// operators by self time: the shares of all of them add up to one).
+void expect_profile(const std::string& dir, const std::string& output) {
+  const auto trace = nlohmann::json::parse(test::read_file(dir + "/trace.json"));
+  ASSERT_TRUE(trace.contains("traceEvents")) << dir;
+  bool step_marked = false, conv_with_strides = false;
+  for (const auto& e : trace["traceEvents"]) {
+    const std::string name = e.value("name", "");
+    step_marked |= name == "ProfilerStep#1";
+    if (name == "aten::convolution" && e.contains("args")) {
+      const auto& args = e["args"];
+      conv_with_strides |= args.contains("Input Dims") && args.contains("Input Strides") &&
+                           args["Input Dims"][0].size() == 4 && args["Input Strides"][0].size() == 4;
+    }
+  }
+  EXPECT_TRUE(step_marked) << dir;
+  EXPECT_TRUE(conv_with_strides) << dir;
+  const auto k = nlohmann::json::parse(test::read_file(dir + "/kernels.json"));
+  EXPECT_EQ(k["implementation"], "ranzcr");
+  EXPECT_EQ(k["device"], "cpu");
+  EXPECT_EQ(k["steps"], 2);
+  EXPECT_EQ(k["kernel_source"], "cpu operators (self time)");
+  EXPECT_GT(k["cpu_ms_per_step"].get<double>(), 0.0);
+  EXPECT_GT(k["device_ms_per_step"].get<double>(), 0.0);
+  double share = 0.0;
+  bool conv = false;
+  for (const auto& row : k["kernels"]) {
+    share += row["share"].get<double>();
+    EXPECT_GT(row["calls"].get<int>(), 0);
+    conv |= row["name"].get<std::string>().find("conv") != std::string::npos;
+  }
+  EXPECT_LE(share, 1.0 + 1e-9);
+  EXPECT_GT(share, 0.5);  // the top 25 of a small net's operators hold most of the time
+  EXPECT_TRUE(conv) << k.dump();
+  EXPECT_NE(test::read_file(dir + "/kernels.md").find("| kernel | calls | total ms | share |"),
+            std::string::npos);
+  EXPECT_NE(output.find(dir + "/kernels.md"), std::string::npos) << output;
+}
+
 // `bench` measures the three throughput figures, prints a table and writes the JSON contract; with
 // two ranks (self-launched, Gloo) the figures are the job's and the gradient-sync share is reported.
 TEST_F(CliTest, BenchWritesTheThreeFigures) {
   for (int nproc : {1, 2}) {
     const std::string out = *dir_ / ("bench" + std::to_string(nproc) + ".json");
+    const std::string profile = *dir_ / ("profile" + std::to_string(nproc));
     const auto r = run_command(bin() + " bench --config " + cfg() + " --steps 3 --warmup 1 --out " + out +
-                               " --nproc-per-node " + std::to_string(nproc));
+                               " --nproc-per-node " + std::to_string(nproc) + " --profile " + profile +
+                               " --profile-steps 2");
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("e2e"), std::string::npos) << r.output;
+    expect_profile(profile, r.output);
     const auto j = nlohmann::json::parse(test::read_file(out));
+    EXPECT_EQ(j["versions"]["torch"], j["torch_version"]);
+    EXPECT_TRUE(j["versions"]["cudnn"].is_null());
+    EXPECT_TRUE(j["versions"]["cublas"].is_null());
+    EXPECT_EQ(j["profile_dir"], profile);
     for (const char* key : {"loader_images_per_sec", "compute_images_per_sec", "e2e_images_per_sec"})
       EXPECT_GT(j[key].get<double>(), 0.0) << key;
     EXPECT_EQ(j["device"], "cpu");

@@ -32,8 +32,10 @@ class NchwRecorder {
  public:
   NchwRecorder() {
     current_ = this;
-    handle_ = at::addThreadLocalCallback(
-        at::RecordFunctionCallback(&NchwRecorder::on_start, &NchwRecorder::on_end).needsInputs(true).needsOutputs(true));
+    handle_ =
+        at::addThreadLocalCallback(at::RecordFunctionCallback(&NchwRecorder::on_start, &NchwRecorder::on_end)
+                                       .needsInputs(true)
+                                       .needsOutputs(true));
   }
   ~NchwRecorder() {
     at::removeCallback(handle_);
@@ -54,9 +56,8 @@ class NchwRecorder {
 
  private:
   static bool layout_op(const std::string& name) {
-    static const std::set<std::string> ops = {"aten::convolution",  "aten::batch_norm",
-                                              "aten::max_pool2d",   "aten::avg_pool2d",
-                                              "aten::adaptive_avg_pool2d"};
+    static const std::set<std::string> ops = {"aten::convolution", "aten::batch_norm", "aten::max_pool2d",
+                                              "aten::avg_pool2d", "aten::adaptive_avg_pool2d"};
     return ops.count(name) > 0;
   }
   void check(const c10::IValue& v, const std::string& op, const char* role) {
@@ -76,7 +77,9 @@ class NchwRecorder {
     if (current_ && layout_op(fn.name())) {
       const auto inputs = fn.inputs();
       for (size_t i = 0; i < inputs.size() && i < 2; ++i)
-        current_->check(inputs[i], fn.name(), i == 0 ? "input" : (std::string(fn.name()) == "aten::convolution" ? "weight" : "arg"));
+        current_->check(
+            inputs[i], fn.name(),
+            i == 0 ? "input" : (std::string(fn.name()) == "aten::convolution" ? "weight" : "arg"));
     }
     return nullptr;
   }
@@ -142,13 +145,13 @@ TEST_P(ChannelsLastZoo, EveryLayerRunsNhwc) {
   model->forward(x);
   model->eval();
   try {
-    model->forward_with_features(x);  // forward() is its logits
+    model->forward_with_features(x);     // forward() is its logits
   } catch (const std::runtime_error&) {  // a model without feature maps (tiny_cnn)
     model->forward(x);
   }
   EXPECT_GT(recorder.checked(), 0) << "the recorder saw no layout-bearing operator";
-  EXPECT_TRUE(recorder.nchw().empty()) << recorder.nchw().size() << " NCHW tensors in " << c.model << ":"
-                                       << recorder.report();
+  EXPECT_TRUE(recorder.nchw().empty())
+      << recorder.nchw().size() << " NCHW tensors in " << c.model << ":" << recorder.report();
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ChannelsLastZoo, testing::ValuesIn(zoo_cases()), case_name);
@@ -162,8 +165,9 @@ TEST(ChannelsLast, RecorderSeesAnNchwForward) {
   torch::NoGradGuard no_grad;
   model->forward(uploaded_batch(1, 32, false));
   EXPECT_GT(recorder.nchw().size(), 20u);
-  EXPECT_EQ(recorder.ops_seen(), (std::set<std::string>{"aten::convolution", "aten::batch_norm", "aten::max_pool2d",
-                                                          "aten::avg_pool2d", "aten::adaptive_avg_pool2d"}));
+  EXPECT_EQ(recorder.ops_seen(),
+            (std::set<std::string>{"aten::convolution", "aten::batch_norm", "aten::max_pool2d",
+                                   "aten::avg_pool2d", "aten::adaptive_avg_pool2d"}));
 }
 
 // set_memory_format gives the weights that are "contiguous" in both formats NHWC strides without copying
