@@ -8,9 +8,13 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <opencv2/core/utility.hpp>
 #include <opencv2/core/version.hpp>
 
+#include <link.h>
+
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <numeric>
@@ -315,6 +319,61 @@ int run_synth(const SynthArgs& args) {
   return 0;
 }
 
+// libjpeg-turbo's own "can the inverse DCT use SIMD" check (jsimd.c; jsimd_none.c, the build without SIMD,
+// always says no). Declared weak: it is there when the JPEG library is linked in statically (the offline
+// bundle's OpenCV), and null when OpenCV loads a shared libjpeg, which exports the libjpeg API only.
+extern "C" int jsimd_can_idct_islow(void) __attribute__((weak));
+
+namespace {
+
+// The path of a loaded shared libjpeg (libjpeg.so.*), or "".
+std::string loaded_libjpeg() {
+  std::string found;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const std::string name = info->dlpi_name ? info->dlpi_name : "";
+        const std::string base = name.substr(name.rfind('/') + 1);
+        if (base.rfind("libjpeg.so", 0) != 0) return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &found);
+  if (found.empty()) return found;
+  std::error_code ec;
+  const auto real = std::filesystem::canonical(found, ec);
+  return ec ? found : real.string();
+}
+
+// One line on OpenCV's JPEG decoder: which libjpeg (OpenCV's build information: "build-libjpeg-turbo (ver
+// 2.1.2-62)" for its own copy, else the library it was configured with, "/usr/lib/.../libjpeg.so (ver 62)")
+// and, where the library is linked in, whether its decoder uses SIMD on this CPU (OpenCV 4.6 does not say).
+std::string jpeg_decoder_text() {
+  std::string built;
+  std::istringstream info(cv::getBuildInformation());
+  for (std::string line; std::getline(info, line);) {
+    const auto at = line.find("JPEG:");
+    if (at == std::string::npos) continue;
+    built = line.substr(at + 5);
+    built.erase(0, built.find_first_not_of(" \t"));
+    break;
+  }
+  if (built.empty()) return "none in OpenCV's build information";
+  // A static archive's path is the build machine's: its name is enough.
+  const auto space = built.find(' ');
+  const std::string lib = built.substr(0, space);
+  if (lib.size() > 2 && lib.compare(lib.size() - 2, 2, ".a") == 0 && lib.find('/') != std::string::npos)
+    built = lib.substr(lib.rfind('/') + 1) + (space == std::string::npos ? "" : built.substr(space));
+  // (jsimd_* is libjpeg-turbo's: a library that has it is libjpeg-turbo)
+  if (jsimd_can_idct_islow)
+    return std::string("libjpeg-turbo linked in (OpenCV: ") + built + "), SIMD " +
+           (jsimd_can_idct_islow() ? "yes" : "no");
+  const std::string shared = loaded_libjpeg();
+  if (!shared.empty()) return shared + ", shared (OpenCV: " + built + "), SIMD not visible from here";
+  return built;
+}
+
+}  // namespace
+
 std::string version_text() {
   std::ostringstream v;
   v << "ranzcr " << RANZCR_VERSION << "\nLibTorch " << TORCH_VERSION;
@@ -331,7 +390,8 @@ std::string version_text() {
     v << " (CPU only)";
   }
   const std::string nccl = nccl_version();
-  v << "\nOpenCV " << CV_VERSION << "\nNCCL " << (nccl.empty() ? "not built in" : nccl);
+  v << "\nOpenCV " << CV_VERSION << "\nJPEG decoder " << jpeg_decoder_text();
+  v << "\nNCCL " << (nccl.empty() ? "not built in" : nccl);
   const std::string http = hub::http_client_version();
   v << "\nHub downloads " << (http.empty() ? "not built in (the Hugging Face cache is read only)" : http);
   return v.str();

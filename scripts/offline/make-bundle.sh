@@ -9,10 +9,16 @@
 #   RANZCR_BUNDLE_REBUILD=1 scripts/offline/make-bundle.sh   # rebuild the bundle (downloads are kept)
 #
 # What the bundle holds (static libraries are position-independent and built without debug info):
-#   OpenCV 4.6.0 core, imgproc, imgcodecs, static, with OpenCV's own libjpeg-turbo, libpng and zlib built
-#     in. Source: the sdist of opencv-python-headless 4.6.0.66 on PyPI (the full OpenCV 4.6.0 tree, the
-#     version of Debian 12's libopencv-dev; Debian's own source package drops 3rdparty/, so it cannot build
-#     the codecs in). Configured so that nothing is downloaded at build time (checked).
+#   OpenCV 4.6.0 core, imgproc, imgcodecs, static, with OpenCV's own libpng and zlib built in, and JPEG
+#     through the bundle's libjpeg-turbo (below). Source: the sdist of opencv-python-headless 4.6.0.66 on
+#     PyPI (the full OpenCV 4.6.0 tree, the version of Debian 12's libopencv-dev; Debian's own source package
+#     drops 3rdparty/, so it cannot build the codecs in). Configured so that nothing is downloaded at build
+#     time (checked).
+#   libjpeg-turbo (libjpeg 6.2 API, static, with its SIMD code: NASM, a Debian package, assembles it), from
+#     Debian's source package libjpeg-turbo (the source of Debian 12's libjpeg62-turbo, which Debian's
+#     OpenCV decodes with). OpenCV 4.6.0's own copy (3rdparty/libjpeg-turbo) has no SIMD code at all
+#     (its CMakeLists.txt: "No SIMD", jsimd_none.c): the bundle's full-size JPEG decode took twice as long as
+#     Debian's OpenCV's. The script stops if the SIMD code is not in the library.
 #   yaml-cpp (static), from Debian's source package (apt-get source; needs a deb-src entry, added if absent).
 #   GoogleTest and GoogleMock (static), from the sources in Debian's googletest package.
 #   DCMTK 3.6.7 (ofstd oflog dcmdata dcmimgle dcmimage dcmjpeg dcmjpls, with its IJG libjpeg 8/12/16-bit
@@ -62,7 +68,7 @@ if [ "${RANZCR_BUNDLE_REBUILD:-0}" = 1 ]; then
 fi
 mkdir -p "$DL" "$SRC" "$WORK" "$LOGS" "$BUNDLE"
 
-# 1. Tools: Debian's apt, a C/C++ compiler, cmake, ninja, dpkg-source, python3, xz.
+# 1. Tools: Debian's apt, a C/C++ compiler, cmake, ninja, dpkg-source, python3, xz, nasm (libjpeg-turbo's SIMD).
 command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null ||
   die "this script needs a Debian machine (apt-get, dpkg-deb); run it there and carry the tarball"
 missing=""
@@ -72,6 +78,7 @@ command -v ninja >/dev/null || missing="$missing ninja-build"
 command -v dpkg-source >/dev/null || missing="$missing dpkg-dev"
 command -v python3 >/dev/null || missing="$missing python3"
 command -v xz >/dev/null || missing="$missing xz-utils"
+command -v nasm >/dev/null || command -v yasm >/dev/null || missing="$missing nasm"
 if [ -n "$missing" ]; then
   say "installing build tools:$missing"
   logged apt-install as_root apt-get update -qq
@@ -83,6 +90,7 @@ mkdir -p "$DL/debian" "$DL/debs"
 fetch_deb_source yaml-cpp
 fetch_deb_source dcmtk     # the source of libdcmtk-dev
 fetch_deb_source openjpeg2 # the source of libopenjp2-7-dev
+fetch_deb_source libjpeg-turbo # the source of libjpeg62-turbo(-dev)
 for pkg in googletest $HEADER_DEBS; do
   [ -n "$(newest "$DL/debs/${pkg}"_*.deb)" ] && continue
   apt-cache show "$pkg" >/dev/null 2>&1 || apt_update
@@ -156,6 +164,8 @@ YAML_SRC=$SRC/yaml-cpp-$YAML_VERSION
 unpack "$YAML_SRC" sh -c "rm -rf '$YAML_SRC.tmp' && dpkg-source --no-copy -x '$YAML_DSC' '$YAML_SRC.tmp'"
 GTEST_DEB_SRC=$SRC/googletest-$GTEST_VERSION
 unpack "$GTEST_DEB_SRC" dpkg-deb -x "$(newest "$DL"/debs/googletest_*.deb)" "$GTEST_DEB_SRC.tmp"
+JPEG_SRC=$(unpack_deb_source libjpeg-turbo) # Debian's patches applied
+JPEG_VERSION=$(deb_source_version libjpeg-turbo)
 for pkg in $HEADER_DEBS; do
   unpack "$SRC/$pkg-$(deb_version "$pkg")" dpkg-deb -x "$(newest "$DL/debs/$pkg"_*.deb)" "$SRC/$pkg-$(deb_version "$pkg").tmp"
 done
@@ -177,13 +187,62 @@ cmake_install() { # cmake_install NAME SOURCE_DIR ARGS...: configure, build, ins
   say "$name: building with $JOBS jobs"
   logged "$name" cmake --build "$build" -j "$JOBS"
   logged "$name" cmake --install "$build"
+  # Everything installed must be in the bundle (a relative install folder taken as relative to the
+  # working directory would put it elsewhere).
+  if grep -qsv "^$BUNDLE/" "$build/install_manifest.txt"; then
+    die "$name installed files outside the bundle: $(grep -v "^$BUNDLE/" "$build/install_manifest.txt" | head -n 3 | paste -sd ' ')"
+  fi
   # No executables, pkg-config files, data or debug info in the bundle.
   rm -rf "${BUNDLE:?}/bin" "$BUNDLE/lib/pkgconfig" "$BUNDLE/share/pkgconfig" "$BUNDLE/share/opencv4"
   find "$BUNDLE/lib" -name '*.a' -exec strip --strip-debug {} +
   mark_done "$name"
 }
 
-# OpenCV: only core, imgproc, imgcodecs; JPEG/PNG/zlib from OpenCV's 3rdparty/; every other codec, video,
+# libjpeg-turbo, static, with SIMD: REQUIRE_SIMD makes its configure fail when the SIMD code cannot be built
+# (no NASM/YASM), and the archive must then hold the SIMD routines (AVX2 and SSE2 on x86-64). Its programs
+# (cjpeg, djpeg, ...) are left out of the bundle, its documentation too (the licences stay). Its own
+# GNUInstallDirs takes an untyped relative CMAKE_INSTALL_*DIR as relative to the working directory, hence
+# the typed ones.
+jpeg_simd_check() { # the SIMD routines that the decoder dispatches to, in the bundle's libjpeg.a
+  local lib=$BUNDLE/lib/libjpeg.a syms
+  [ -f "$lib" ] || die "no $lib"
+  case $(uname -m) in
+    x86_64 | amd64) syms="jsimd_idct_islow_avx2 jsimd_ycc_rgb_convert_avx2 jsimd_h2v2_fancy_upsample_avx2 jsimd_idct_islow_sse2" ;;
+    aarch64 | arm64) syms="jsimd_idct_islow_neon" ;;
+    *) syms="" ;;
+  esac
+  [ -n "$syms" ] || die "libjpeg-turbo: no SIMD check for $(uname -m)"
+  local defined
+  defined=$(nm -g --defined-only "$lib" 2>/dev/null | awk '{print $3}')
+  for s in $syms jsimd_can_idct_islow; do
+    grep -qx "$s" <<<"$defined" || die "libjpeg-turbo was built without its SIMD code: $lib has no $s"
+  done
+  if [ -f "$WORK/libjpeg-turbo/CMakeCache.txt" ] && ! grep -qs '^WITH_SIMD:BOOL=ON' "$WORK/libjpeg-turbo/CMakeCache.txt"; then
+    die "libjpeg-turbo was configured without SIMD (WITH_SIMD in third_party/build/libjpeg-turbo/CMakeCache.txt)"
+  fi
+}
+c_simd_list() { # the instruction sets of the SIMD routines in the bundle's libjpeg.a
+  nm -g --defined-only "$BUNDLE/lib/libjpeg.a" 2>/dev/null | awk '{print $3}' | grep -o '_\(mmx\|sse2\|avx2\|neon\)$' |
+    sort -u | tr -d _ | tr a-z A-Z | paste -sd ' '
+}
+if [ -f "$BUNDLE/lib/opencv4/3rdparty/liblibjpeg-turbo.a" ]; then
+  say "the bundle's OpenCV decodes JPEG with its own libjpeg-turbo, which has no SIMD: rebuilding OpenCV on the bundle's libjpeg-turbo"
+  rm -rf "$WORK/opencv" "$BUNDLE/lib/opencv4/3rdparty/liblibjpeg-turbo.a" "$BUNDLE/share/licenses/opencv4/libjpeg-turbo"*
+  rm -f "$STAMPS/opencv"
+fi
+cmake_install libjpeg-turbo "$JPEG_SRC" -DENABLE_SHARED=OFF -DENABLE_STATIC=ON -DWITH_SIMD=ON -DREQUIRE_SIMD=ON \
+  -DWITH_TURBOJPEG=OFF -DWITH_JAVA=OFF -DWITH_JPEG7=OFF -DWITH_JPEG8=OFF -DCMAKE_INSTALL_LIBDIR:PATH=lib \
+  -DCMAKE_INSTALL_DOCDIR:PATH=share/doc/libjpeg-turbo
+jpeg_simd_check
+if [ -d "$BUNDLE/share/doc/libjpeg-turbo" ] || [ -d "$BUNDLE/share/man" ]; then
+  mkdir -p "$BUNDLE/share/licenses/libjpeg-turbo"
+  cp "$JPEG_SRC/LICENSE.md" "$JPEG_SRC/README.ijg" "$JPEG_SRC/debian/copyright" "$BUNDLE/share/licenses/libjpeg-turbo/"
+  rm -rf "$BUNDLE/share/doc/libjpeg-turbo" "$BUNDLE/share/man"
+  rmdir "$BUNDLE/share/doc" 2>/dev/null || true
+fi
+
+# OpenCV: only core, imgproc, imgcodecs; PNG/zlib from OpenCV's 3rdparty/, JPEG from the bundle's
+# libjpeg-turbo (above; OpenCV 4.6.0's own has no SIMD); every other codec, video,
 # GUI, accelerator and language binding off, so configure downloads nothing (IPP, ADE, ... stay out).
 OPENCV_OFF="WITH_IPP BUILD_IPP_IW WITH_ADE WITH_OPENCL WITH_ITT BUILD_ITT WITH_TIFF BUILD_TIFF WITH_WEBP
   BUILD_WEBP WITH_OPENEXR BUILD_OPENEXR WITH_JASPER BUILD_JASPER WITH_OPENJPEG BUILD_OPENJPEG WITH_IMGCODEC_HDR
@@ -195,7 +254,8 @@ OPENCV_OFF="WITH_IPP BUILD_IPP_IW WITH_ADE WITH_OPENCL WITH_ITT BUILD_ITT WITH_T
   BUILD_opencv_python2 BUILD_opencv_python3 BUILD_opencv_js BUILD_opencv_world BUILD_PACKAGE
   INSTALL_C_EXAMPLES INSTALL_PYTHON_EXAMPLES INSTALL_TESTS OPENCV_GENERATE_PKGCONFIG BUILD_WITH_DEBUG_INFO
   ENABLE_CCACHE"
-OPENCV_ARGS=("-DBUILD_LIST=core,imgproc,imgcodecs" -DWITH_JPEG=ON -DWITH_PNG=ON -DBUILD_JPEG=ON -DBUILD_PNG=ON
+OPENCV_ARGS=("-DBUILD_LIST=core,imgproc,imgcodecs" -DWITH_JPEG=ON -DWITH_PNG=ON -DBUILD_JPEG=OFF -DBUILD_PNG=ON
+  -DJPEG_INCLUDE_DIR="$BUNDLE/include" -DJPEG_LIBRARY="$BUNDLE/lib/libjpeg.a"
   -DBUILD_ZLIB=ON -DENABLE_PIC=ON -DOPENCV_PYTHON_SKIP_DETECTION=ON -DOPENCV_DOWNLOAD_PATH="$WORK/opencv-downloads"
   -DOPENCV_LICENSES_INSTALL_PATH=share/licenses/opencv4)
 for opt in $OPENCV_OFF; do OPENCV_ARGS+=("-D$opt=OFF"); done
@@ -205,6 +265,25 @@ cmake_install opencv "$OPENCV_SRC" "${OPENCV_ARGS[@]}"
 if grep -qs '^#cmake_download\|^#do_copy\|^#do_unpack' "$WORK/opencv/CMakeDownloadLog.txt" ||
   [ -n "$(find "$WORK/opencv-downloads" -type f ! -name .gitignore 2>/dev/null)" ]; then
   die "OpenCV's configure tried to download something (see third_party/build/opencv/CMakeDownloadLog.txt)"
+fi
+# OpenCV must decode JPEG with the bundle's libjpeg-turbo, and its exported targets name that archive by its
+# path here, which becomes relative to the bundle (as for DCMTK's zlib below).
+grep -qs "^JPEG_LIBRARY:[A-Z]*=$BUNDLE/lib/libjpeg.a\$" "$WORK/opencv/CMakeCache.txt" ||
+  die "OpenCV was not configured with the bundle's libjpeg-turbo (JPEG_LIBRARY in third_party/build/opencv/CMakeCache.txt)"
+[ ! -e "$BUNDLE/lib/opencv4/3rdparty/liblibjpeg-turbo.a" ] || die "OpenCV built its own libjpeg-turbo (no SIMD) into the bundle"
+# (files rewritten only when they need it, so that an unchanged bundle keeps its tarball)
+rewrite_path() { # rewrite_path FROM TO FILE...
+  local from=$1 to=$2
+  shift 2
+  for f in "$@"; do
+    if grep -qsF "$from" "$f"; then sed -i "s|$from|$to|g" "$f"; fi
+  done
+}
+rewrite_path "$BUNDLE/lib/libjpeg.a" '${_IMPORT_PREFIX}/lib/libjpeg.a' "$BUNDLE"/lib/cmake/opencv4/OpenCVModules*.cmake
+grep -qs '${_IMPORT_PREFIX}/lib/libjpeg.a' "$BUNDLE"/lib/cmake/opencv4/OpenCVModules.cmake ||
+  die "OpenCV's exported targets do not link the bundle's libjpeg.a (lib/cmake/opencv4/OpenCVModules.cmake)"
+if grep -qs "$BUNDLE" "$BUNDLE"/lib/cmake/opencv4/OpenCVModules*.cmake; then
+  die "OpenCV's exported targets name this machine's bundle path (they would not work elsewhere)"
 fi
 
 cmake_install yaml-cpp "$YAML_SRC" -DYAML_BUILD_SHARED_LIBS=OFF -DYAML_CPP_BUILD_TESTS=OFF \
@@ -239,14 +318,19 @@ fi
 LOGS=$LOGS DICOM_LIBS_BUILD_DIR=$WORK/dicom-libs JOBS=$JOBS dicom_libs_install "$BUNDLE" dicom-libs \
   -DZLIB_INCLUDE_DIR="$OPENCV_SRC/3rdparty/zlib" -DZLIB_LIBRARY="$OPENCV_ZLIB" \
   -DHAVE_LIBNSL_MAIN=OFF -DHAVE_LIBNSL=OFF -DHAVE_LIBSOCKET_MAIN=OFF -DHAVE_LIBSOCKET=OFF
-sed -i "s|$BUNDLE/lib/opencv4/3rdparty/libzlib.a|\${_IMPORT_PREFIX}/lib/opencv4/3rdparty/libzlib.a|g" "$BUNDLE"/lib/cmake/dcmtk/*.cmake
+rewrite_path "$BUNDLE/lib/opencv4/3rdparty/libzlib.a" '${_IMPORT_PREFIX}/lib/opencv4/3rdparty/libzlib.a' "$BUNDLE"/lib/cmake/dcmtk/*.cmake
 # (Their Config files also hold this machine's paths, but only to compute relative ones, or unused.)
 if grep -qs "$BUNDLE" "$BUNDLE"/lib/cmake/dcmtk/DCMTKTargets*.cmake "$BUNDLE"/lib/openjpeg-*/OpenJPEGTargets*.cmake; then
   die "DCMTK's or OpenJPEG's exported targets name this machine's bundle path (they would not work elsewhere)"
 fi
 foreign=$(system_libs_outside_glibc)
 [ -z "$foreign" ] || die "DCMTK's or OpenJPEG's exported targets link $foreign, which the host may not have"
-find "$BUNDLE/lib" -name 'libdcm*.a' -o -name 'libof*.a' -o -name 'libijg*.a' -o -name 'libopenjp2.a' | xargs strip --strip-debug
+# (those packed into the tarball already were stripped before: only newer ones, so that an unchanged bundle
+# keeps its tarball)
+newer=()
+[ -f "$TARBALL" ] && newer=(-newer "$TARBALL")
+find "$BUNDLE/lib" \( -name 'libdcm*.a' -o -name 'libof*.a' -o -name 'libijg*.a' -o -name 'libopenjp2.a' \) "${newer[@]}" -print0 |
+  xargs -0 -r strip --strip-debug
 
 # 5. Header-only dependencies, copied out of the Debian packages (their CMake configs find the prefix
 #    relative to their own location, so they work from the bundle); the licences of everything bundled.
@@ -292,8 +376,10 @@ if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -qui
     echo "compiler: $(c++ --version | head -n 1); cmake $(cmake --version | sed -n 's/cmake version //p')"
     echo "use: RANZCR_BUNDLE=<this folder> scripts/setup.sh (CMAKE_PREFIX_PATH=<this folder>)"
     echo
-    echo "opencv $OPENCV_VERSION: core imgproc imgcodecs, static; built in: libjpeg-turbo $(sed -n 's/^set(VERSION_MAJOR \(.*\))/\1/p;s/^set(VERSION_MINOR \(.*\))/.\1/p;s/^set(VERSION_REVISION \(.*\))/.\1/p' "$OPENCV_SRC/3rdparty/libjpeg-turbo/CMakeLists.txt" | tr -d '\n'), libpng $(ver libpng/png.h PNG_LIBPNG_VER_STRING), zlib $(ver zlib/zlib.h ZLIB_VERSION)"
+    echo "opencv $OPENCV_VERSION: core imgproc imgcodecs, static; built in: libpng $(ver libpng/png.h PNG_LIBPNG_VER_STRING), zlib $(ver zlib/zlib.h ZLIB_VERSION); JPEG: the bundle's libjpeg-turbo"
     echo "  source: $(cat "$DL/$OPENCV_SDIST.url" 2>/dev/null || echo "$OPENCV_SDIST sha256 $OPENCV_SDIST_SHA256")"
+    echo "libjpeg-turbo $JPEG_VERSION: libjpeg (6.2 API), static, SIMD: yes ($(c_simd_list))"
+    echo "  source: Debian source package libjpeg-turbo $JPEG_VERSION (apt-get source)"
     echo "yaml-cpp $YAML_VERSION: static"
     echo "  source: Debian source package yaml-cpp $YAML_VERSION (apt-get source)"
     echo "googletest $GTEST_VERSION: gtest, gtest_main, gmock, gmock_main, static"

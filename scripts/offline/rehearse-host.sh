@@ -16,6 +16,11 @@
 # (RANZCR_REHEARSE_TORCH, default torch==2.11.0, the cu130 build on PyPI) and the nvidia-* wheels it pulls
 # in, and the simulated toolkit. The bundle is RANZCR_BUNDLE_TARBALL, else third_party/ranzcr-bundle.tar.xz,
 # made with make-bundle.sh when absent. Build folders: build-rehearse-<layout>/. Logs: <cache>/logs/.
+# After the builds (with or without tests), the JPEG check: the first layout's `ranzcr --version` must say
+# that its JPEG decoder has SIMD, and the bundle's OpenCV must decode a 2048-px JPEG (from `ranzcr synth`)
+# within 15 % of Debian's OpenCV (libopencv-dev) on this machine, at full size and reduced to 1/2, 1/4 and
+# 1/8 (scripts/offline/jpeg_decode_time.cpp, built against each; five rounds taken in turn, the fastest
+# decode of each side compared). RANZCR_REHEARSE_JPEG_SLACK (default 1.15) is the ratio allowed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -142,6 +147,96 @@ missing_nccl_error() {
   fi
 }
 
+# 6. The JPEG check (above): the bundle's decoder has SIMD and is as fast as Debian's.
+jpeg_check() {
+  local build=$1 log=$LOGS/jpeg-check.log dir=$CACHE/jpeg-check t0 slack=${RANZCR_REHEARSE_JPEG_SLACK:-1.15}
+  [ -n "$CACHE" ] || die "no cache folder"
+  t0=$(clock)
+  rm -rf "$dir"
+  mkdir -p "$dir/src"
+  : >"$log"
+  local line
+  line=$("$build/ranzcr" --version 2>>"$log" | grep '^JPEG decoder' || true)
+  echo "ranzcr --version: $line" >>"$log"
+  if ! grep -q 'SIMD yes' <<<"$line"; then
+    note "JPEG: FAILED, $build/ranzcr --version does not say SIMD yes: '${line:-no JPEG decoder line}'"
+    return 1
+  fi
+  if ! "$build/ranzcr" synth --out "$dir/images" --num-images 10 --num-test-images 0 --image-size 2048 >>"$log" 2>&1; then
+    note "JPEG: FAILED, ranzcr synth did not make the 2048-px JPEGs (log $log)"
+    return 1
+  fi
+  local jpeg
+  jpeg=$(find "$dir/images" -name '*.jpg' | sort | head -n 1)
+  if [ -z "$jpeg" ]; then
+    note "JPEG: FAILED, no JPEG from ranzcr synth in $dir/images"
+    return 1
+  fi
+  printf '%s\n' 'cmake_minimum_required(VERSION 3.18)' 'project(jpeg_decode_time CXX)' \
+    'find_package(OpenCV REQUIRED COMPONENTS core imgcodecs)' \
+    "add_executable(jpeg_decode_time \"$ROOT/scripts/offline/jpeg_decode_time.cpp\")" \
+    'target_link_libraries(jpeg_decode_time PRIVATE ${OpenCV_LIBS})' >"$dir/src/CMakeLists.txt"
+  local side opencv_dir
+  for side in bundle debian; do
+    opencv_dir=$BUNDLE/lib/cmake/opencv4
+    if [ "$side" = debian ]; then
+      opencv_dir=$(find /usr/lib/*/cmake/opencv4 /usr/lib/cmake/opencv4 -maxdepth 1 -name OpenCVConfig.cmake 2>/dev/null | head -n 1 || true)
+      if [ -z "$opencv_dir" ]; then
+        note "JPEG: FAILED, no Debian OpenCV to compare with (apt-get install libopencv-dev)"
+        return 1
+      fi
+      opencv_dir=$(dirname "$opencv_dir")
+    fi
+    if ! { cmake -S "$dir/src" -B "$dir/$side" -G Ninja -DCMAKE_BUILD_TYPE=Release -DOpenCV_DIR="$opencv_dir" &&
+      cmake --build "$dir/$side"; } >>"$log" 2>&1; then
+      note "JPEG: FAILED, jpeg_decode_time does not build against the $side OpenCV ($opencv_dir; log $log)"
+      return 1
+    fi
+  done
+  # Five rounds in turn (bundle, Debian, bundle, ...), 20 decodes per mode each: the fastest of 100 per side
+  # is the figure least disturbed by whatever else runs on the machine.
+  local round
+  for round in 1 2 3 4 5; do
+    for side in bundle debian; do
+      if ! "$dir/$side/jpeg_decode_time" "$jpeg" 20 >"$dir/$side.$round.txt" 2>>"$log"; then
+        note "JPEG: FAILED, $dir/$side/jpeg_decode_time failed (log $log)"
+        return 1
+      fi
+      sed "s/^/$side round $round: /" "$dir/$side.$round.txt" >>"$log"
+    done
+  done
+  # (what the SIMD code gives: the same library with libjpeg-turbo's switch to turn it off)
+  JSIMD_FORCENONE=1 "$dir/bundle/jpeg_decode_time" "$jpeg" 5 >"$dir/bundle-nosimd.txt" 2>>"$log" || true
+  sed 's/^/bundle with JSIMD_FORCENONE=1: /' "$dir/bundle-nosimd.txt" >>"$log"
+  # Per mode, the fastest decode of each side (lines "<mode> <median ms> <min ms> <size>").
+  local verdict
+  verdict=$(awk -v slack="$slack" -v nosimd="$dir/bundle-nosimd.txt" '
+    FNR == 1 { side = (FILENAME ~ /\/bundle\.[0-9]/) ? "b" : "d" }
+    /^#/ { next }
+    { key = side " " $1; if (!(key in best) || $3 + 0 < best[key] + 0) best[key] = $3 }
+    END {
+      while ((getline l < nosimd) > 0) { split(l, f, " "); if (f[1] == "full") ns = f[3] }
+      n = split("full reduced2 reduced4 reduced8", modes, " "); split("full 1/2 1/4 1/8", label, " ")
+      bad = 0; out = ""
+      for (i = 1; i <= n; i++) {
+        b = best["b " modes[i]]; d = best["d " modes[i]]
+        if (b == "" || d == "") { print "FAILED no " modes[i] " figure"; exit }
+        r = b / d; if (r > slack) bad = 1
+        out = out sprintf("%s%s %.1f/%.1f ms (%.2fx)", (i > 1 ? ", " : ""), label[i], b, d, r)
+      }
+      if (ns != "") out = out sprintf("; the bundle without SIMD (JSIMD_FORCENONE=1): full %.1f ms", ns)
+      print (bad ? "FAILED " : "ok ") out
+    }' "$dir"/bundle.[0-9].txt "$dir"/debian.[0-9].txt)
+  cp "$jpeg" "$dir/decoded.jpg"
+  rm -rf "$dir/images"
+  local what="2048-px JPEG decode, fastest of 100, bundle/Debian OpenCV: ${verdict#* } ($(minutes "$t0")); ${line}"
+  if [ "${verdict%% *}" != ok ]; then
+    note "JPEG: FAILED (the bundle over ${slack}x Debian's time): $what (log $log)"
+    return 1
+  fi
+  note "JPEG: $what"
+}
+
 failed=0
 for layout in $LAYOUTS; do
   case $layout in
@@ -157,6 +252,10 @@ for layout in $LAYOUTS; do
     *) die "unknown layout '$layout' in RANZCR_REHEARSE_LAYOUTS (minimal, full)" ;;
   esac
 done
+if [ "$failed" = 0 ]; then
+  first=${LAYOUTS%% *}
+  jpeg_check "$ROOT/build-rehearse-$first" || failed=1
+fi
 rm -rf "$BUNDLE"
 
 echo "rehearse-host: summary ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, git $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"

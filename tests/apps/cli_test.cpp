@@ -217,8 +217,14 @@ TEST_F(CliTest, ExportedFileEvaluatesPredictsAndStartsARun) {
 TEST_F(CliTest, VersionNamesTheLibraries) {
   const auto v = run_command(bin() + " --version");
   EXPECT_EQ(v.status, 0) << v.output;
-  for (const char* part : {"ranzcr ", "LibTorch ", "OpenCV ", "NCCL "})
+  for (const char* part : {"ranzcr ", "LibTorch ", "OpenCV ", "NCCL ", "JPEG decoder "})
     EXPECT_NE(v.output.find(part), std::string::npos) << part << " in " << v.output;
+  // The JPEG line names the library: linked in with its SIMD state (the offline bundle; the rehearsal
+  // requires "SIMD yes"), or the shared libjpeg Debian's OpenCV loaded.
+  const std::string jpeg = v.output.substr(v.output.find("JPEG decoder "));
+  EXPECT_TRUE(jpeg.find("SIMD yes") != std::string::npos || jpeg.find("SIMD no") != std::string::npos ||
+              jpeg.find("libjpeg.so") != std::string::npos)
+      << jpeg;
 }
 
 TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
