@@ -31,6 +31,20 @@ void device_sync(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
+// The rows of `by_name`, each with its share of their total time, longest first.
+std::vector<KernelTime> ranked(std::map<std::string, KernelTime> by_name) {
+  double total = 0.0;
+  for (const auto& kv : by_name) total += kv.second.total_ms;
+  std::vector<KernelTime> out;
+  for (auto& kv : by_name) {
+    kv.second.share = total > 0.0 ? kv.second.total_ms / total : 0.0;
+    out.push_back(std::move(kv.second));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.total_ms > b.total_ms; });
+  return out;
+}
+
 // Kernel time per name: the device's kernels (and copies) on a GPU; operator self time on a CPU.
 std::vector<KernelTime> kernel_times(const std::vector<kineto::KinetoEvent>& events, bool cuda) {
   if (!cuda) {
@@ -49,16 +63,7 @@ std::vector<KernelTime> kernel_times(const std::vector<kineto::KinetoEvent>& eve
     ++k.calls;
     k.total_ms += static_cast<double>(e.durationNs()) / 1e6;
   }
-  std::vector<KernelTime> out;
-  double total = 0.0;
-  for (auto& kv : by_name) {
-    total += kv.second.total_ms;
-    out.push_back(std::move(kv.second));
-  }
-  for (auto& k : out) k.share = total > 0.0 ? k.total_ms / total : 0.0;
-  std::sort(out.begin(), out.end(),
-            [](const KernelTime& a, const KernelTime& b) { return a.total_ms > b.total_ms; });
-  return out;
+  return ranked(std::move(by_name));
 }
 
 std::string shortened(const std::string& name, size_t width) {
@@ -84,24 +89,14 @@ std::vector<KernelTime> self_times(std::vector<TimedEvent> events) {
     open.push_back(i);
   }
   std::map<std::string, KernelTime> by_name;
-  double total = 0.0;
   for (size_t i = 0; i < events.size(); ++i) {
     const uint64_t duration = events[i].end_ns - events[i].start_ns;
-    const double self_ms = static_cast<double>(duration > inner[i] ? duration - inner[i] : 0) / 1e6;
     KernelTime& k = by_name[events[i].name];
     k.name = events[i].name;
     ++k.calls;
-    k.total_ms += self_ms;
-    total += self_ms;
+    k.total_ms += static_cast<double>(duration > inner[i] ? duration - inner[i] : 0) / 1e6;
   }
-  std::vector<KernelTime> out;
-  for (auto& kv : by_name) {
-    kv.second.share = total > 0.0 ? kv.second.total_ms / total : 0.0;
-    out.push_back(std::move(kv.second));
-  }
-  std::sort(out.begin(), out.end(),
-            [](const KernelTime& a, const KernelTime& b) { return a.total_ms > b.total_ms; });
-  return out;
+  return ranked(std::move(by_name));
 }
 
 StepProfile profile_steps(const std::function<void()>& step, int steps, const torch::Device& device,
