@@ -242,8 +242,18 @@ ServeOptions serve_options(const ServeArgs& args, const Config& config,
   o.batcher.max_queue = args.max_queue;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_ms));
   o.max_body_bytes = static_cast<size_t>(args.max_body_mb) << 20;
-  o.read_timeout_seconds = args.read_timeout_s;
-  o.http_threads = args.http_threads;
+  const auto ms = [](double seconds) {
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  };
+  o.max_header_bytes = static_cast<size_t>(args.max_header_kb) << 10;
+  o.header_timeout = ms(args.header_timeout_s);
+  o.body_timeout = ms(args.body_timeout_s);
+  o.body_min_rate = std::max<size_t>(1, static_cast<size_t>(args.body_min_kbps * 1024));
+  o.idle_timeout = ms(args.idle_timeout_s);
+  o.max_connections = args.max_connections;
+  o.io_threads = args.io_threads;
+  o.model_name = args.model_name;
+  o.server_version = RANZCR_VERSION;
   o.decode_threads = std::max(1, config.data.num_workers);
   if (!args.token_file.empty()) o.token = read_token(args.token_file);
   if (thresholds) {
@@ -260,8 +270,8 @@ int run_serve(const ServeArgs& args) {
 #ifndef RANZCR_WITH_SERVE
   (void)args;
   throw std::runtime_error(
-      "this ranzcr was built without serve (no cpp-httplib at build time): apt-get install "
-      "libcpp-httplib-dev, then rebuild (scripts/setup.sh)");
+      "this ranzcr was built without serve (no Boost.Beast headers at build time): apt-get install "
+      "libboost1.81-dev, then rebuild (scripts/setup.sh)");
 #else
   const EvalArgs& m = args.models;
   const std::vector<std::string> paths = model_paths(m);

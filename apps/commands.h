@@ -44,9 +44,15 @@ struct ServeArgs {
   int max_queue = 64;
   double timeout_ms = 30000;
   int max_body_mb = 64;
-  int read_timeout_s = 10;
-  int http_threads = 64;
-  std::string token_file;  // "" = no authentication
+  int max_header_kb = 16;
+  double header_timeout_s = 10;  // the whole request header (then 408)
+  double body_timeout_s = 10;    // the body: this long plus its size at body_min_kbps (then 408)
+  double body_min_kbps = 64;
+  double idle_timeout_s = 5;  // keep-alive connections with no new request
+  int max_connections = 10000;
+  int io_threads = 2;
+  std::string model_name = "ranzcr";  // the Open Inference Protocol's model name
+  std::string token_file;             // "" = no authentication
 };
 
 struct CvArgs {

@@ -123,9 +123,31 @@ void add_serve(CLI::App& app, Commands& c) {
   s->add_option("--timeout-ms", a.timeout_ms, "Per request, from arrival to answer (then 504)")
       ->check(CLI::Range(1.0, 3600000.0));
   s->add_option("--max-body-mb", a.max_body_mb, "Largest upload, MiB (then 413)")->check(CLI::Range(1, 4096));
-  s->add_option("--read-timeout-s", a.read_timeout_s, "Drop a client silent this long mid-request")
-      ->check(CLI::Range(1, 3600));
-  s->add_option("--http-threads", a.http_threads, "Connections served at once")->check(CLI::Range(1, 4096));
+  s->add_option("--max-header-kb", a.max_header_kb, "Largest request header, KiB (then 431)")
+      ->check(CLI::Range(1, 1024));
+  s->add_option("--header-timeout-s", a.header_timeout_s, "Time for a whole request header (then 408)")
+      ->check(CLI::Range(0.1, 3600.0));
+  s->add_option("--body-timeout-s", a.body_timeout_s,
+                "Time for a body, plus its size at --body-min-kbps (then 408)")
+      ->check(CLI::Range(0.1, 3600.0));
+  s->add_option("--body-min-kbps", a.body_min_kbps,
+                "Slowest a body or an answer may flow, KiB/s, past --body-timeout-s")
+      ->check(CLI::Range(0.001, 1e7));
+  s->add_option("--idle-timeout-s", a.idle_timeout_s, "Close a keep-alive connection idle this long")
+      ->check(CLI::Range(0.1, 3600.0));
+  s->add_option("--max-connections", a.max_connections, "Open connections at most (more are closed at once)")
+      ->check(CLI::Range(1, 1000000));
+  s->add_option("--io-threads", a.io_threads, "Threads reading and writing sockets")
+      ->check(CLI::Range(1, 256));
+  s->add_option("--model-name", a.model_name,
+                "The model's name in the Open Inference Protocol (/v2/models/NAME)")
+      ->check([](const std::string& v) {
+        const bool ok =
+            !v.empty() && v.size() <= 128 &&
+            v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+                std::string::npos;
+        return ok ? std::string() : std::string("a name of letters, digits, '.', '_' and '-' (at most 128)");
+      });
   s->add_option("--token-file", a.token_file, "Require Authorization: Bearer <the file's first line>");
   c.add(s, [&c] { return ranzcr::run_serve(c.serve); });
 }

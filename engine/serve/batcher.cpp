@@ -20,24 +20,20 @@ Batcher::~Batcher() {
   stop();
 }
 
-std::future<BatchOutcome> Batcher::submit(std::shared_ptr<const PreparedImage> image,
-                                          ServeClock::time_point deadline) {
+bool Batcher::submit(std::shared_ptr<const PreparedImage> image, ServeClock::time_point deadline, Done done) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_ || static_cast<int>(queue_.size() + tasks_.size()) >= options_.max_queue) return {};
-  Pending p{std::move(image), ServeClock::now(), deadline, {}};
-  std::future<BatchOutcome> out = p.done.get_future();
-  queue_.push_back(std::move(p));
+  if (stopping_ || static_cast<int>(queue_.size() + tasks_.size()) >= options_.max_queue) return false;
+  queue_.push_back(Pending{std::move(image), ServeClock::now(), deadline, std::move(done)});
   wake_.notify_all();
-  return out;
+  return true;
 }
 
-std::future<void> Batcher::run_exclusive(std::function<void()> task) {
+bool Batcher::run_exclusive(std::function<void()> task) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_ || static_cast<int>(queue_.size() + tasks_.size()) >= options_.max_queue) return {};
-  tasks_.emplace_back(std::move(task));
-  std::future<void> out = tasks_.back().get_future();
+  if (stopping_ || static_cast<int>(queue_.size() + tasks_.size()) >= options_.max_queue) return false;
+  tasks_.push_back(std::move(task));
   wake_.notify_all();
-  return out;
+  return true;
 }
 
 Batcher::Incoming::Incoming(Batcher& b) : batcher_(b) {
@@ -83,10 +79,13 @@ void Batcher::loop() {
   for (;;) {
     wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !tasks_.empty(); });
     if (!tasks_.empty()) {
-      std::packaged_task<void()> task = std::move(tasks_.front());
+      std::function<void()> task = std::move(tasks_.front());
       tasks_.pop_front();
       lock.unlock();
-      task();
+      try {
+        task();
+      } catch (...) {  // the task answers for itself (run_exclusive)
+      }
       lock.lock();
       continue;
     }
@@ -109,7 +108,7 @@ void Batcher::run_batch(std::vector<Pending> batch) {
     BatchOutcome expired;
     expired.status = BatchOutcome::Status::kExpired;
     expired.queue_seconds = seconds_between(p.queued, start);
-    p.done.set_value(expired);
+    p.done(expired);
   }
   if (live.empty()) return;
   std::vector<const PreparedImage*> images;
@@ -126,14 +125,14 @@ void Batcher::run_batch(std::vector<Pending> batch) {
       o.batch_size = static_cast<int>(live.size());
       o.queue_seconds = seconds_between(live[i]->queued, start);
       o.model_seconds = model_seconds;
-      live[i]->done.set_value(std::move(o));
+      live[i]->done(std::move(o));
     }
   } catch (const std::exception& e) {
     for (size_t i = answered; i < live.size(); ++i) {  // those not answered yet
       BatchOutcome o;
       o.error = e.what();
       o.batch_size = static_cast<int>(live.size());
-      live[i]->done.set_value(o);
+      live[i]->done(o);
     }
   }
 }

@@ -10,7 +10,6 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,14 +49,17 @@ class Batcher {
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
-  /// Queues `image` to be predicted before `deadline`; an invalid future when the queue is full (503). A
-  /// request whose deadline passes while queued is not run (kExpired).
-  std::future<BatchOutcome> submit(std::shared_ptr<const PreparedImage> image,
-                                   ServeClock::time_point deadline);
+  /// Called once with what became of a request, on the batching thread (keep it short: hand the answer on).
+  using Done = std::function<void(BatchOutcome)>;
 
-  /// Runs `task` on the batching thread between batches (the models are not thread-safe); an invalid
-  /// future when the queue is full. Its exception, if any, reaches the future.
-  std::future<void> run_exclusive(std::function<void()> task);
+  /// Queues `image` to be predicted before `deadline`, `done` called with the outcome; false (and `done` not
+  /// called) when the queue is full (503). A request whose deadline passes while queued is not run
+  /// (kExpired).
+  bool submit(std::shared_ptr<const PreparedImage> image, ServeClock::time_point deadline, Done done);
+
+  /// Runs `task` on the batching thread between batches (the models are not thread-safe); false when the
+  /// queue is full. The task answers for itself: an exception escaping it is dropped.
+  bool run_exclusive(std::function<void()> task);
 
   /// An upload on its way to submit (being read or decoded): while any is, an open batch waits for it (up to
   /// max_wait); when none is, the batch runs at once, so a lone request never waits for company.
@@ -82,7 +84,7 @@ class Batcher {
   struct Pending {
     std::shared_ptr<const PreparedImage> image;
     ServeClock::time_point queued, deadline;
-    std::promise<BatchOutcome> done;
+    Done done;
   };
   void loop();
   // Waits (lock held) for a batch to close; moves it out of the queue.
@@ -95,7 +97,7 @@ class Batcher {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Pending> queue_;
-  std::deque<std::packaged_task<void()>> tasks_;
+  std::deque<std::function<void()>> tasks_;
   int incoming_ = 0;  // Incoming objects alive
   bool stopping_ = false;
   std::thread thread_;

@@ -1,371 +1,534 @@
+// The event-driven HTTP/1.1 server of `ranzcr serve` (Boost.Beast on Asio). Each connection is a Session on
+// its own strand: it reads a request header under one deadline for the whole header, its body under a
+// deadline that grows with the bytes received (a minimum rate), hands the request to the Service and writes
+// the answer that comes back (posted from whichever thread produced it), then waits for the next request up
+// to the idle timeout. Nothing here blocks a thread on a client.
 #include "engine/serve/http_server.h"
 
-#include <httplib.h>
-#include <torch/torch.h>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 
-#include <nlohmann/json.hpp>
 #include <opencv2/core/utility.hpp>
 
-#include <cmath>
-#include <condition_variable>
+#include <algorithm>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
-#include <sys/socket.h>
+#include <strings.h>
+#include <sys/resource.h>
 
-#include "core/check.h"
-#include "data/dicom_sandbox.h"
-#include "engine/infer/grad_cam.h"
-#include "engine/serve/serve_metrics.h"
+#include "engine/serve/service.h"
 
 namespace ranzcr {
 namespace {
 
-using json = nlohmann::ordered_json;  // keys in the order written: labels in the model's order
+namespace net = boost::asio;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
 
-double seconds_since(ServeClock::time_point t) {
-  return std::chrono::duration<double>(ServeClock::now() - t).count();
+double seconds(std::chrono::milliseconds ms) {
+  return static_cast<double>(ms.count()) / 1000.0;
 }
 
-// At most `n` holders at once (uploads decoded in parallel on the decode threads).
-class Slots {
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::string s = std::to_string(seconds(ms));
+  s.erase(s.find_last_not_of('0') + 1);
+  if (s.back() == '.') s.pop_back();
+  return s + " s";
+}
+
+// Our words for a request the parser refused (never the library's text).
+std::string malformed(const error_code& ec) {
+  if (ec == http::error::bad_version) return "malformed request: not HTTP/1.0 or HTTP/1.1";
+  if (ec == http::error::bad_content_length) return "malformed request: a bad or repeated Content-Length";
+  if (ec == http::error::bad_transfer_encoding) return "malformed request: a bad Transfer-Encoding";
+  if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension)
+    return "malformed request: a bad chunk in the chunked body";
+  if (ec == http::error::bad_line_ending) return "malformed request: lines must end with CRLF";
+  if (ec == http::error::bad_method) return "malformed request: a bad method";
+  if (ec == http::error::bad_target) return "malformed request: a bad request target";
+  if (ec == http::error::bad_field || ec == http::error::bad_value)
+    return "malformed request: a bad header name or value";
+  return "malformed request";
+}
+
+class Server;
+
+class Session : public std::enable_shared_from_this<Session> {
  public:
-  explicit Slots(int n) : free_(n) {}
-  bool acquire_until(ServeClock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_until(lock, deadline, [&] { return free_ > 0; })) return false;
-    --free_;
-    return true;
-  }
-  void release() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++free_;
-    cv_.notify_one();
-  }
+  Session(tcp::socket socket, Server& server);
+  ~Session();
+  void start();
+  void stop();  // SIGTERM: closed at once when idle, else after the answer in flight
 
  private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int free_;
+  enum class Phase { kIdle, kHeader, kBody, kHandling, kWriting, kClosing };
+  void wait_idle();
+  void read_header();
+  void on_header(error_code ec);
+  bool take_header();
+  void read_body();
+  void on_body(error_code ec);
+  void dispatch();
+  void answer(uint64_t gen, HttpResponse res);
+  void write(HttpResponse res, bool keep_alive);
+  void fail(int status, const std::string& message);
+  void linger_close();
+  void close();
+  void arm(std::chrono::steady_clock::time_point at, const char* kind);
+  void disarm();
+  void on_deadline(const char* kind);
+
+  tcp::socket socket_;
+  Server& server_;
+  net::steady_timer timer_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpRequest request_;  // the request being read (its header taken, its body coming)
+  std::string endpoint_ = "other";
+  Phase phase_ = Phase::kIdle;
+  bool keep_alive_ = false, head_ = false, stop_requested_ = false, answered_ = true;
+  unsigned version_ = 11;
+  uint64_t timer_gen_ = 0, request_gen_ = 0;
+  const char* timed_out_ = nullptr;  // the deadline that cancelled the socket's operation
+  std::chrono::steady_clock::time_point body_start_;
+  std::weak_ptr<Session> self_;
 };
 
-// An answer other than 200: its status, the one-line message and the metrics' error kind.
-struct HttpError : std::runtime_error {
-  HttpError(int status, std::string kind, const std::string& message)
-      : std::runtime_error(message), status(status), kind(std::move(kind)) {}
-  int status;
-  std::string kind;
-};
-
-void reply_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump() + "\n", "application/json");
-}
-
-void reply_png(httplib::Response& res, const std::vector<unsigned char>& png) {
-  res.status = 200;
-  res.set_content(std::string(png.begin(), png.end()), "image/png");
-}
-
-// The body of an upload, read through httplib's content reader: whatever its Content-Type says (curl's
-// --data-binary claims a form, which httplib's own reading caps at 8 KiB), up to --max-body-mb (httplib
-// answers 413 from Content-Length before reading; chunked bodies stop at the limit).
-std::string read_body(const httplib::ContentReader& reader, const httplib::Response& res, size_t max_bytes) {
-  std::string body;
-  bool too_large = false;
-  const bool read = reader([&](const char* data, size_t size) {
-    too_large = body.size() + size > max_bytes;
-    if (!too_large) body.append(data, size);
-    return !too_large;
-  });
-  if (too_large || res.status == 413)
-    throw HttpError(413, "too_large",
-                    "the body is larger than --max-body-mb (" + std::to_string(max_bytes >> 20) + " MiB)");
-  if (!read)
-    throw HttpError(400, "bad_body",
-                    "the body could not be read: cut off, silent for --read-timeout-s, or malformed");
-  return body;
-}
-
-// Reads a body to its end (at most `max_bytes`) without keeping it: before a refusal, so that the
-// connection's next request is read from its start.
-void skip_body(const httplib::ContentReader& reader, size_t max_bytes) {
-  size_t seen = 0;
-  reader([&](const char*, size_t size) { return (seen += size) <= max_bytes; });
-}
-
-// The service behind the endpoints: the models (once loaded), the batcher, the metrics.
-class Service {
+class Server {
  public:
-  Service(const ServeOptions& options, RunLog& log)
-      : options_(options), log_(log), decode_(options.decode_threads) {}
+  Server(const ServeOptions& options, Service& service, ServeMetrics& metrics, RunLog& log)
+      : options(options),
+        service(service),
+        metrics(metrics),
+        log(log),
+        acceptor_(net::make_strand(ioc_)),
+        retry_(acceptor_.get_executor()) {}
 
-  // The models, warmed up on the batching thread (its CUDA handles, a batch of one and a full batch) before
-  // /readyz says ready.
-  void set_models(std::unique_ptr<ServedModels> models) {
-    models_ = std::move(models);
-    batcher_ = std::make_unique<Batcher>(
-        options_.batcher,
-        [this](const std::vector<const PreparedImage*>& images) { return models_->predict(images); },
-        [this](int n) { metrics_.batch(n); });
-    ServedModels* m = models_.get();
-    const int full = options_.batcher.max_batch;
-    batcher_->run_exclusive([m, full] { m->warm_up({1, full}); }).get();
-    ready_ = true;
+  // Binds and listens; the port (the one chosen when options.port is 0). Throws one line when it cannot.
+  int bind();
+  // Runs the I/O threads; they return once stop() closed the listener and every connection has ended.
+  void run(int threads);
+  void join();
+  void stop();  // from any thread
+  void add(const std::shared_ptr<Session>& s);
+  void remove(const std::weak_ptr<Session>& s);
+  bool stopping() const { return stopping_; }
+
+  const ServeOptions& options;
+  Service& service;
+  ServeMetrics& metrics;
+  RunLog& log;
+  int max_connections = 0;
+
+ private:
+  void accept();
+  void on_accept(error_code ec, tcp::socket socket);
+
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  net::steady_timer retry_;
+  std::atomic<bool> stopping_{false};
+  std::mutex sessions_mutex_;
+  std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> sessions_;
+  std::vector<std::thread> threads_;
+};
+
+// ---- Session ---------------------------------------------------------------------------------------------
+
+Session::Session(tcp::socket socket, Server& server)
+    : socket_(std::move(socket)), server_(server), timer_(socket_.get_executor()) {
+  server_.metrics.connection_opened();
+}
+
+Session::~Session() {
+  server_.metrics.connection_closed();
+  server_.remove(self_);
+}
+
+void Session::start() {
+  self_ = weak_from_this();
+  server_.add(shared_from_this());
+  net::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->read_header(); });
+}
+
+void Session::stop() {
+  net::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->stop_requested_ = true;
+    const bool nothing_read = self->phase_ == Phase::kHeader && self->buffer_.size() == 0 && self->parser_ &&
+                              !self->parser_->got_some();
+    if (self->phase_ == Phase::kIdle || nothing_read) self->close();
+  });
+}
+
+void Session::arm(std::chrono::steady_clock::time_point at, const char* kind) {
+  const uint64_t gen = ++timer_gen_;
+  timed_out_ = nullptr;
+  timer_.expires_at(at);
+  timer_.async_wait([self = shared_from_this(), gen, kind](error_code ec) {
+    if (!ec && gen == self->timer_gen_) self->on_deadline(kind);
+  });
+}
+
+void Session::disarm() {
+  ++timer_gen_;
+  timer_.cancel();
+}
+
+void Session::on_deadline(const char* kind) {
+  if (std::string(kind) == "answer") {
+    server_.metrics.error("deadline");
+    answer(request_gen_, error_response(504, "timed out: no answer within --timeout-ms (" +
+                                                 std::to_string(server_.options.timeout.count()) + " ms)"));
+    return;
   }
-  bool ready() const { return ready_; }
-  void stop_batcher() {
-    if (batcher_) batcher_->stop();
-  }
-  std::string metrics_text() const { return metrics_.text(ready_ ? batcher_->queue_length() : 0); }
-  ServeMetrics& metrics() { return metrics_; }
+  timed_out_ = kind;  // the pending read or write ends with operation_aborted and sees this
+  error_code ec;
+  socket_.cancel(ec);
+}
 
-  using ReadBody = std::function<std::string()>;
-  using Body = std::function<void(const ReadBody&, ServeClock::time_point, ServeClock::time_point)>;
-
-  // The upload endpoints' common frame: the bearer token and readiness (refused after reading the body
-  // to its end, so that the connection's next request starts where it should), the timing, errors as
-  // one-line JSON, the request metrics.
-  void handle(const std::string& endpoint, const httplib::Request& req, httplib::Response& res,
-              const httplib::ContentReader& reader, const Body& body) {
-    const auto arrival = ServeClock::now();
-    const ReadBody read = [&] { return read_body(reader, res, options_.max_body_bytes); };
-    try {
-      if (!options_.token.empty() &&
-          !constant_time_equal(req.get_header_value("Authorization"), "Bearer " + options_.token)) {
-        skip_body(reader, options_.max_body_bytes);
-        throw HttpError(401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer TOKEN)");
-      }
-      if (!ready_) {
-        skip_body(reader, options_.max_body_bytes);
-        throw HttpError(503, "not_ready", "the models are still loading; retry shortly");
-      }
-      body(read, arrival, arrival + options_.timeout);
-    } catch (const HttpError& e) {
-      metrics_.error(e.kind);
-      if (e.status == 503) res.set_header("Retry-After", "1");
-      if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
-      if (e.status == 413 || e.kind == "bad_body")
-        res.set_header("Connection", "close");  // the rest is unread
-      reply_json(res, e.status, json{{"error", e.what()}});
-    } catch (const std::exception& e) {
-      metrics_.error("internal");
-      log_.warn(endpoint + ": " + e.what());
-      reply_json(res, 500, json{{"error", e.what()}});
+// Between requests: the next one's first byte must come within the idle timeout.
+void Session::wait_idle() {
+  phase_ = Phase::kIdle;
+  if (stop_requested_ || server_.stopping()) return close();
+  if (buffer_.size() > 0) return read_header();  // pipelined: already here
+  arm(std::chrono::steady_clock::now() + server_.options.idle_timeout, "idle_timeout");
+  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+    if (self->timed_out_) {
+      self->server_.metrics.limit("idle_timeout");
+      return self->close();
     }
-    metrics_.request(endpoint, res.status, seconds_since(arrival));
-  }
+    self->disarm();
+    if (ec) return self->close();
+    self->read_header();
+  });
+}
 
-  // The upload decoded and prepared for every model, on one of the decode slots.
-  std::shared_ptr<const PreparedImage> prepare(const std::string& body, ServeClock::time_point deadline) {
-    if (body.empty()) throw HttpError(400, "empty_body", "the request has no body: POST one image file");
-    if (!decode_.acquire_until(deadline)) throw HttpError(504, "deadline", "timed out waiting to decode");
-    struct Release {
-      Slots& s;
-      ~Release() { s.release(); }
-    } release{decode_};
-    if (ServeClock::now() >= deadline) throw HttpError(504, "deadline", "timed out waiting to decode");
-    const std::vector<unsigned char> bytes(body.begin(), body.end());
-    try {
-      auto image = std::make_shared<PreparedImage>(models_->prepare(bytes));
-      metrics_.decoded(image->format);
-      return image;
-    } catch (const DicomSandboxUnavailable& e) {
-      throw HttpError(500, "dicom_sandbox", e.what());
-    } catch (const std::exception& e) {
-      const std::string format = image_format(bytes);
-      throw HttpError(400, format.empty() ? "not_an_image" : "bad_" + format, e.what());
+void Session::read_header() {
+  phase_ = Phase::kHeader;
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(server_.options.max_header_bytes));
+  parser_->body_limit(server_.options.max_body_bytes);
+  endpoint_ = "other";
+  arm(std::chrono::steady_clock::now() + server_.options.header_timeout, "header_timeout");
+  http::async_read_header(socket_, buffer_, *parser_,
+                          [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+}
+
+void Session::on_header(error_code ec) {
+  const ServeOptions& o = server_.options;
+  if (timed_out_) {
+    if (buffer_.size() == 0 && !parser_->got_some()) {  // never sent a byte: just closed
+      server_.metrics.limit("idle_timeout");
+      return close();
     }
+    server_.metrics.limit("header_timeout");
+    return fail(408, "the request header did not arrive within --header-timeout-s (" +
+                         seconds_text(o.header_timeout) + ")");
   }
+  disarm();
+  if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+      ec == net::error::operation_aborted)
+    return close();
+  if (ec == http::error::header_limit) {
+    server_.metrics.limit("header_size");
+    return fail(431, "the request header is larger than --max-header-kb (" +
+                         std::to_string(o.max_header_bytes >> 10) + " KiB)");
+  }
+  if (ec == http::error::body_limit) {
+    server_.metrics.limit("body_size");
+    server_.metrics.error("too_large");
+    return fail(413,
+                "the body is larger than --max-body-mb (" + std::to_string(o.max_body_bytes >> 20) + " MiB)");
+  }
+  if (ec) {
+    server_.metrics.error("bad_request");
+    return fail(400, malformed(ec));
+  }
+  if (!take_header()) return;
+  const std::string expect = std::string(parser_->get()[http::field::expect]);
+  if (strcasecmp(expect.c_str(), "100-continue") == 0 && !parser_->is_done()) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    arm(std::chrono::steady_clock::now() + o.body_timeout, "write_timeout");
+    net::async_write(socket_, net::buffer(kContinue), [self = shared_from_this()](error_code ec, size_t) {
+      if (self->timed_out_ || ec) return self->close();
+      self->read_body();
+    });
+    return;
+  }
+  if (parser_->is_done()) return dispatch();
+  read_body();
+}
 
-  // `read_body` reads the upload: an open batch waits for it from here (up to --max-wait-ms) until it is
-  // submitted.
-  json predict(const ReadBody& read_body, ServeClock::time_point arrival, ServeClock::time_point deadline) {
-    std::future<BatchOutcome> done;
-    std::shared_ptr<const PreparedImage> image;
-    double decode_seconds = 0;
+// The header as our request: its target decoded, its text checked (UTF-8, no NUL). False when refused.
+bool Session::take_header() {
+  const auto& msg = parser_->get();
+  request_ = HttpRequest{};
+  request_.arrival = std::chrono::steady_clock::now();
+  request_.method = std::string(msg.method_string());
+  version_ = msg.version();
+  keep_alive_ = msg.keep_alive();
+  head_ = msg.method() == http::verb::head;
+  try {
+    split_target(std::string(msg.target()), request_.path, request_.query);
+  } catch (const std::invalid_argument& e) {
+    server_.metrics.error("bad_request");
+    fail(400, e.what());
+    return false;
+  }
+  endpoint_ = Service::endpoint_label(request_.path);
+  for (const auto& field : msg) {
+    const std::string name(field.name_string()), value(field.value());
+    if (!valid_utf8(name) || !valid_utf8(value) || value.find('\0') != std::string::npos) {
+      server_.metrics.error("bad_request");
+      fail(400, "a request header is not valid UTF-8 or holds a NUL byte");
+      return false;
+    }
+    request_.headers.emplace_back(name, value);
+  }
+  request_.hold = server_.service.on_header(request_.method, request_.path);
+  body_start_ = std::chrono::steady_clock::now();
+  return true;
+}
+
+// The body under a deadline that grows with what has arrived: --body-timeout-s plus the bytes at the minimum
+// rate. A trickle never extends it by more than its own size at that rate.
+void Session::read_body() {
+  phase_ = Phase::kBody;
+  const ServeOptions& o = server_.options;
+  const size_t got = parser_->get().body().size();
+  const auto allowance = std::chrono::milliseconds(
+      static_cast<int64_t>(1000.0 * static_cast<double>(got) / static_cast<double>(o.body_min_rate)));
+  arm(body_start_ + o.body_timeout + allowance, "body_timeout");
+  http::async_read_some(socket_, buffer_, *parser_,
+                        [self = shared_from_this()](error_code ec, size_t) { self->on_body(ec); });
+}
+
+void Session::on_body(error_code ec) {
+  const ServeOptions& o = server_.options;
+  if (timed_out_) {
+    server_.metrics.limit("body_timeout");
+    return fail(408, "the body did not arrive in time (--body-timeout-s " + seconds_text(o.body_timeout) +
+                         ", then at least --body-min-kbps " + std::to_string(o.body_min_rate >> 10) + ")");
+  }
+  if (ec == http::error::body_limit) {
+    server_.metrics.limit("body_size");
+    server_.metrics.error("too_large");
+    return fail(413,
+                "the body is larger than --max-body-mb (" + std::to_string(o.max_body_bytes >> 20) + " MiB)");
+  }
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == net::error::eof ||
+      ec == net::error::connection_reset || ec == net::error::operation_aborted)
+    return close();
+  if (ec) {
+    server_.metrics.error("bad_request");
+    return fail(400, malformed(ec));
+  }
+  if (parser_->is_done()) return dispatch();
+  read_body();
+}
+
+void Session::dispatch() {
+  phase_ = Phase::kHandling;
+  HttpRequest request = std::move(request_);
+  request.body = std::move(parser_->get().body());
+  parser_.reset();
+  const uint64_t gen = ++request_gen_;
+  answered_ = false;
+  arm(request.arrival + server_.options.timeout, "answer");
+  auto self = shared_from_this();
+  const Respond respond = [self, gen](HttpResponse res) {
+    net::post(self->socket_.get_executor(),
+              [self, gen, res = std::move(res)]() mutable { self->answer(gen, std::move(res)); });
+  };
+  server_.service.handle(std::move(request), respond);
+}
+
+void Session::answer(uint64_t gen, HttpResponse res) {
+  if (gen != request_gen_ || answered_) return;  // late: its 504 went out
+  answered_ = true;
+  disarm();
+  server_.metrics.request(
+      endpoint_, res.status,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - body_start_).count());
+  const bool keep = keep_alive_ && !res.close && !stop_requested_ && !server_.stopping();
+  write(std::move(res), keep);
+}
+
+void Session::write(HttpResponse res, bool keep_alive) {
+  phase_ = Phase::kWriting;
+  auto msg = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(res.status),
+                                                                 version_ == 10 ? 10 : 11);
+  msg->set(http::field::server, "ranzcr");
+  msg->set(http::field::content_type, res.content_type);
+  for (const auto& [name, value] : res.headers) msg->set(name, value);
+  msg->body() = std::move(res.body);
+  msg->keep_alive(keep_alive);
+  msg->prepare_payload();
+  if (head_) msg->body().clear();  // HEAD: the header says the length, no body follows
+  const ServeOptions& o = server_.options;
+  const auto allowance = std::chrono::milliseconds(static_cast<int64_t>(
+      1000.0 * static_cast<double>(msg->body().size()) / static_cast<double>(o.body_min_rate)));
+  arm(std::chrono::steady_clock::now() + o.body_timeout + allowance, "write_timeout");
+  http::async_write(socket_, *msg, [self = shared_from_this(), msg, keep_alive](error_code ec, size_t) {
+    if (self->timed_out_) {
+      self->server_.metrics.limit("write_timeout");
+      return self->close();
+    }
+    self->disarm();
+    if (ec) return self->close();
+    if (!keep_alive) return self->linger_close();
+    self->wait_idle();
+  });
+}
+
+// An answer that ends the connection (errors of the request's framing, 408, 413, 431): written, then closed.
+void Session::fail(int status, const std::string& message) {
+  request_ = HttpRequest{};  // lets go of its hold
+  parser_.reset();
+  server_.metrics.request(endpoint_, status, 0.0);
+  HttpResponse res = error_response(status, message);
+  if (status == 408 || status == 413 || status == 431 || status == 400) res.close = true;
+  write(std::move(res), false);
+}
+
+// Half-closes, then reads and drops what the client still sends for a moment, so that the answer is not lost
+// to a reset when unread bytes (a refused body) are still arriving.
+void Session::linger_close() {
+  phase_ = Phase::kClosing;
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) return close();
+  arm(std::chrono::steady_clock::now() + std::chrono::seconds(2), "linger");
+  auto scratch = std::make_shared<std::array<char, 4096>>();
+  struct Drain {
+    std::shared_ptr<Session> self;
+    std::shared_ptr<std::array<char, 4096>> scratch;
+    void operator()(error_code ec, size_t) const {
+      if (ec || self->timed_out_) return self->close();
+      self->socket_.async_read_some(net::buffer(*scratch), *this);
+    }
+  };
+  socket_.async_read_some(net::buffer(*scratch), Drain{shared_from_this(), scratch});
+}
+
+void Session::close() {
+  phase_ = Phase::kClosing;
+  request_ = HttpRequest{};
+  disarm();
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+}
+
+// ---- Server ----------------------------------------------------------------------------------------------
+
+int Server::bind() {
+  const std::string where = options.host + ":" + std::to_string(options.port);
+  const std::string error = "cannot listen on " + where + " (port in use, or not an address of this host)";
+  error_code ec;
+  tcp::resolver resolver(ioc_);
+  const auto found = resolver.resolve(options.host, std::to_string(options.port),
+                                      tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || found.empty()) throw std::runtime_error(error);
+  const tcp::endpoint endpoint = found.begin()->endpoint();
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);  // not SO_REUSEPORT
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error(error);
+  return acceptor_.local_endpoint().port();
+}
+
+void Server::run(int threads) {
+  accept();
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
+}
+
+void Server::join() {
+  for (std::thread& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+void Server::stop() {
+  net::post(acceptor_.get_executor(), [this] {
+    if (stopping_.exchange(true)) return;
+    error_code ec;
+    acceptor_.close(ec);
+    retry_.cancel();
+    std::vector<std::shared_ptr<Session>> live;
     {
-      Batcher::Incoming incoming(*batcher_);
-      image = prepare(read_body(), deadline);
-      decode_seconds = seconds_since(arrival);
-      done = batcher_->submit(image, deadline);
+      std::lock_guard<std::mutex> lock(sessions_mutex_);
+      for (const auto& w : sessions_)
+        if (auto s = w.lock()) live.push_back(std::move(s));
     }
-    if (!done.valid())
-      throw HttpError(503, "queue_full",
-                      "the queue is full (" + std::to_string(options_.batcher.max_queue) +
-                          " requests waiting); retry shortly");
-    if (done.wait_until(deadline) != std::future_status::ready)
-      throw HttpError(504, "deadline", "timed out: no answer within --timeout-ms");
-    const BatchOutcome o = done.get();
-    if (o.status == BatchOutcome::Status::kExpired)
-      throw HttpError(504, "deadline", "timed out in the queue (--timeout-ms)");
-    if (o.status == BatchOutcome::Status::kFailed) RANZCR_FAIL("the model failed: ", o.error);
-    json out = answer(*image, o.probs);
-    out["batch_size"] = o.batch_size;
-    out["seconds"] = {{"decode", decode_seconds},
-                      {"queue", o.queue_seconds},
-                      {"model", o.model_seconds},
-                      {"total", seconds_since(arrival)}};
-    return out;
-  }
+    for (const auto& s : live) s->stop();
+  });
+}
 
-  std::vector<unsigned char> cam(const std::string& body, const std::vector<std::string>& labels,
-                                 ServeClock::time_point deadline) {
-    try {
-      cam_label_indices(CamOptions{"", labels}, models_->label_names());
-    } catch (const std::exception& e) {
-      throw HttpError(400, "bad_labels", e.what());  // an unknown label name
-    }
-    const std::shared_ptr<const PreparedImage> image = prepare(body, deadline);
-    auto png = std::make_shared<std::vector<unsigned char>>();
-    ServedModels* models = models_.get();
-    std::future<void> done = batcher_->run_exclusive([models, image, labels, png, deadline] {
-      if (ServeClock::now() < deadline) *png = models->cam_png(*image, labels);  // else its 504 is sent
+void Server::add(const std::shared_ptr<Session>& s) {
+  std::lock_guard<std::mutex> lock(sessions_mutex_);
+  sessions_.insert(s);
+}
+
+void Server::remove(const std::weak_ptr<Session>& s) {
+  std::lock_guard<std::mutex> lock(sessions_mutex_);
+  sessions_.erase(s);
+}
+
+void Server::accept() {
+  acceptor_.async_accept(net::make_strand(ioc_),
+                         [this](error_code ec, tcp::socket socket) { on_accept(ec, std::move(socket)); });
+}
+
+void Server::on_accept(error_code ec, tcp::socket socket) {
+  if (stopping_ || !acceptor_.is_open()) return;
+  if (ec) {  // out of file descriptors (or a connection reset before it was accepted): try again shortly
+    if (ec == net::error::no_descriptors) metrics.limit("file_descriptors");
+    retry_.expires_after(std::chrono::milliseconds(50));
+    retry_.async_wait([this](error_code e) {
+      if (!e && !stopping_) accept();
     });
-    if (!done.valid()) throw HttpError(503, "queue_full", "the queue is full; retry shortly");
-    if (done.wait_until(deadline) != std::future_status::ready)
-      throw HttpError(504, "deadline", "timed out: no answer within --timeout-ms");
-    done.get();  // a failure of the model: 500
-    return *png;
+    return;
   }
-
-  std::vector<unsigned char> input(const std::string& body, ServeClock::time_point deadline) {
-    return models_->input_png(*prepare(body, deadline));
+  if (metrics.connections_open() >= max_connections) {
+    metrics.limit("connections");
+    socket.close(ec);
+  } else {
+    socket.set_option(tcp::no_delay(true), ec);
+    std::make_shared<Session>(std::move(socket), *this)->start();
   }
+  accept();
+}
 
- private:
-  // The JSON of one image's probabilities: per label, with the operating point's decisions when set.
-  json answer(const PreparedImage& image, const torch::Tensor& probs) const {
-    const std::vector<std::string>& names = models_->label_names();
-    const double* p = probs.data_ptr<double>();
-    json out = {{"labels", names}, {"probabilities", json::object()}};
-    for (size_t k = 0; k < names.size(); ++k) out["probabilities"][names[k]] = p[k];
-    if (!options_.thresholds.empty()) {
-      out["operating_point"] = options_.operating_point;
-      out["thresholds"] = out["decisions"] = json::object();
-      for (size_t k = 0; k < names.size(); ++k) {
-        const double t = options_.thresholds[k];
-        out["thresholds"][names[k]] = std::isnan(t) ? json(nullptr) : json(t);
-        out["decisions"][names[k]] = std::isnan(t) ? json(nullptr) : json(p[k] >= t ? 1 : 0);
-      }
-    }
-    out["models"] = json::array();
-    for (size_t m = 0; m < models_->infos().size(); ++m) {
-      const TrainedModelInfo& info = models_->infos()[m];
-      out["models"].push_back({{"path", models_->paths()[m]},
-                               {"name", info.model.name},
-                               {"epoch", info.epoch},
-                               {"ema", info.ema}});
-    }
-    out["image"] = {{"format", image.format}, {"width", image.width}, {"height", image.height}};
-    return out;
+// The connection cap: --max-connections, within the file limit (raised to its hard limit) less a reserve for
+// the models' files, the DICOM helper and the listener.
+int connection_cap(const ServeOptions& options, RunLog& log) {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0) return options.max_connections;
+  if (files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+    getrlimit(RLIMIT_NOFILE, &files);
   }
-
-  const ServeOptions& options_;
-  RunLog& log_;
-  Slots decode_;
-  ServeMetrics metrics_;
-  std::unique_ptr<ServedModels> models_;
-  std::unique_ptr<Batcher> batcher_;
-  std::atomic<bool> ready_{false};
-};
-
-// The label choice of /v1/cam: every `labels` parameter (top1 when none).
-std::vector<std::string> cam_labels(const httplib::Request& req) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < req.get_param_value_count("labels"); ++i)
-    out.push_back(req.get_param_value("labels", i));
-  return out.empty() ? std::vector<std::string>{"top1"} : out;
-}
-
-void add_routes(httplib::Server& server, Service& service) {
-  using Request = httplib::Request;
-  using Response = httplib::Response;
-  using Reader = httplib::ContentReader;
-  server.Post("/v1/predict", [&](const Request& req, Response& res, const Reader& reader) {
-    service.handle("/v1/predict", req, res, reader, [&](auto read, auto arrival, auto deadline) {
-      reply_json(res, 200, service.predict(read, arrival, deadline));
-    });
-  });
-  server.Post("/v1/cam", [&](const Request& req, Response& res, const Reader& reader) {
-    service.handle("/v1/cam", req, res, reader, [&](auto read, auto, auto deadline) {
-      reply_png(res, service.cam(read(), cam_labels(req), deadline));
-    });
-  });
-  server.Post("/v1/input", [&](const Request& req, Response& res, const Reader& reader) {
-    service.handle("/v1/input", req, res, reader,
-                   [&](auto read, auto, auto deadline) { reply_png(res, service.input(read(), deadline)); });
-  });
-  server.Get("/healthz",
-             [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
-  server.Get("/readyz", [&](const httplib::Request&, httplib::Response& res) {
-    res.status = service.ready() ? 200 : 503;
-    res.set_content(service.ready() ? "ready\n" : "loading\n", "text/plain");
-  });
-  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(service.metrics_text(), "text/plain; version=0.0.4");
-  });
-  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(serve_page(), "text/html; charset=utf-8");
-  });
-}
-
-// The endpoint label of a request's metrics: its path when it is an endpoint, else "other" (a client must not
-// grow the number of series).
-std::string known_endpoint(const std::string& path) {
-  for (const char* e : {"/v1/predict", "/v1/cam", "/v1/input", "/metrics"})
-    if (path == e) return path;
-  return "other";
-}
-
-// The bearer token on /metrics; JSON bodies for httplib's own errors (413 over --max-body-mb, 400
-// malformed, 404).
-void add_guards(httplib::Server& server, Service& service, const ServeOptions& options) {
-  server.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    // The upload endpoints check the token themselves, after reading the body (Service::handle).
-    if (options.token.empty() || req.path != "/metrics") return httplib::Server::HandlerResponse::Unhandled;
-    if (constant_time_equal(req.get_header_value("Authorization"), "Bearer " + options.token))
-      return httplib::Server::HandlerResponse::Unhandled;
-    service.metrics().error("unauthorized");
-    res.set_header("WWW-Authenticate", "Bearer");
-    reply_json(res, 401, json{{"error", "missing or wrong bearer token (Authorization: Bearer TOKEN)"}});
-    service.metrics().request("/metrics", 401, 0.0);
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  using WithResponse = httplib::Server::HandlerWithResponse;
-  server.set_error_handler(WithResponse([&](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message = "HTTP " + std::to_string(res.status);
-    if (res.status == 413) {
-      message =
-          "the body is larger than --max-body-mb (" + std::to_string(options.max_body_bytes >> 20) + " MiB)";
-      service.metrics().error("too_large");
-      service.metrics().request(known_endpoint(req.path), 413, 0.0);
-    } else if (res.status == 404) {
-      message = "no such endpoint: " + req.method + " " + req.path;
-    }
-    reply_json(res, res.status, json{{"error", message}});
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-}
-
-void configure(httplib::Server& server, const ServeOptions& options, std::atomic<int>& listen_fd) {
-  const int threads = options.http_threads;
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server.set_payload_max_length(options.max_body_bytes);
-  server.set_read_timeout(options.read_timeout_seconds, 0);
-  server.set_write_timeout(options.read_timeout_seconds, 0);
-  server.set_keep_alive_timeout(5);
-  server.set_keep_alive_max_count(1000);
-  server.set_tcp_nodelay(true);
-  // SO_REUSEADDR (a restart binds while old connections linger) but not httplib's default SO_REUSEPORT, which
-  // would let a second server share a port in use instead of failing.
-  server.set_socket_options([&listen_fd](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_fd = sock;
-  });
+  const long long room = static_cast<long long>(files.rlim_cur) - 128;
+  if (room >= options.max_connections) return options.max_connections;
+  const int cap = static_cast<int>(std::max(16LL, room));
+  log.warn("serve: the file limit (ulimit -n " + std::to_string(files.rlim_cur) + ") allows " +
+           std::to_string(cap) + " connections, not --max-connections " +
+           std::to_string(options.max_connections));
+  return cap;
 }
 
 }  // namespace
@@ -382,41 +545,21 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const ServeOptions& options,
                const std::atomic<int>& stop, RunLog& log) {
-  // Uploads are decoded in parallel on decode_threads connection threads: OpenCV's own parallel loops inside
-  // each would start more threads than there are cores, beside the model's (what made the latency spiky).
+  // Uploads are decoded in parallel on the decode threads: OpenCV's own parallel loops inside each would
+  // start more threads than there are cores, beside the model's (what made the latency spiky).
   cv::setNumThreads(0);
-  httplib::Server server;
-  Service service(options, log);
-  std::atomic<int> listen_fd{-1};
-  configure(server, options, listen_fd);
-  add_guards(server, service, options);
-  add_routes(server, service);
-  int port = options.port;
-  if (port == 0) {
-    port = server.bind_to_any_port(options.host);
-    if (port < 0) port = 0;
-  } else if (!server.bind_to_port(options.host, port)) {
-    port = 0;
-  }
-  RANZCR_CHECK(port > 0, "cannot listen on ", options.host, ":", options.port,
-               " (port in use, or not an address of this host)");
-  // httplib listens with a backlog of 5: 32 clients connecting at once overflow it (the kernel drops their
-  // handshakes and they see resets). Listening again on the bound socket raises the backlog.
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-  std::atomic<bool> listening_done{false}, done{false};
-  std::thread listener([&] {
-    server.listen_after_bind();
-    listening_done = true;
-  });
+  ServeMetrics metrics;
+  Service service(options, metrics, log);
+  Server server(options, service, metrics, log);
+  server.max_connections = connection_cap(options, log);
+  const int port = server.bind();
+  server.run(options.io_threads);
   // Stop on SIGTERM/SIGINT (also while the models load): no new connections, requests in flight finish.
-  // httplib ignores stop() until its listener runs, so it is repeated until the listener has returned.
+  std::atomic<bool> done{false};
   std::thread watcher([&] {
     while (!done && !stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (stop) log.info("serve: signal " + std::to_string(stop.load()) + ": finishing the requests in flight");
-    while (!listening_done) {
-      server.stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    server.stop();
   });
   const std::string url = "http://" + options.host + ":" + std::to_string(port);
   log.info("serve: listening on " + url + "; loading the models");
@@ -425,14 +568,16 @@ int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const
   } catch (...) {
     done = true;
     watcher.join();
-    listener.join();
+    server.join();
     throw;
   }
-  log.info("serving on " + url + " (page at " + url + "/, API POST " + url + "/v1/predict)");
-  listener.join();  // returns once stopped and every connection's request is answered
+  log.info("serving on " + url + " (page at " + url + "/, API POST " + url + "/v1/predict, Open Inference " +
+           "Protocol at " + url + "/v2/models/" + options.model_name + "; up to " +
+           std::to_string(server.max_connections) + " connections)");
+  server.join();  // returns once stopped and every connection has had its answer
   done = true;
   watcher.join();
-  service.stop_batcher();
+  service.stop();
   log.info("serve: stopped");
   return 0;
 }

@@ -1,9 +1,13 @@
-// `ranzcr serve`: trained models behind HTTP (cpp-httplib), with serve's dynamic batcher.
+// `ranzcr serve`: trained models behind HTTP, with serve's dynamic batcher. The server is event-driven
+// (Boost.Beast on Asio): a connection costs a socket and a few KB, never a thread; a few I/O threads read and
+// write, uploads are decoded on the decode threads, the models run on the batching thread, and answers are
+// posted back to their connection. Every request header and body has a deadline, connections are capped.
 //   POST /v1/predict   one image file (JPEG, PNG or DICOM by content) -> JSON probabilities (+ decisions)
 //   POST /v1/cam       ?labels=top1|all|NAME -> the Grad-CAM overlay PNG predict --cam draws
 //   POST /v1/input     -> the model's input as a PNG (DICOM windowed as the model saw it), for the page
 //   GET  /healthz      alive;  GET /readyz: models loaded and warmed up;  GET /metrics: Prometheus text
 //   GET  /             the web page (engine/serve/page.html, compiled in)
+//   /v2/...            the Open Inference Protocol (KServe v2 REST): health, metadata, infer (service.h)
 // docs/serving.md says what it promises; docs/security.md its limits.
 #pragma once
 
@@ -25,14 +29,22 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port (the log line names it)
   BatcherOptions batcher;
-  std::chrono::milliseconds timeout{30000};  // per request, from its arrival to its answer (504 after)
-  size_t max_body_bytes = size_t{64} << 20;  // larger bodies: 413 before they are stored
-  int read_timeout_seconds = 10;             // a client silent this long mid-request is dropped
-  int http_threads = 64;                     // connections served at once (keep-alive holds one each)
-  int decode_threads = 2;                    // uploads decoded at once
-  std::string token;                         // non-empty: /v1/* and /metrics need "Bearer TOKEN"
-  std::string operating_point;               // with `thresholds`: its name (sens90, ...)
-  std::vector<double> thresholds;            // per label (NaN: none); empty: probabilities only
+  std::chrono::milliseconds timeout{30000};    // per request, from its header to its answer (504 after)
+  size_t max_body_bytes = size_t{64} << 20;    // larger bodies: 413 before they are stored
+  size_t max_header_bytes = size_t{16} << 10;  // the request line and headers together (431 past it)
+  std::chrono::milliseconds header_timeout{
+      10000};  // the whole header, from the connection or its first byte (408)
+  std::chrono::milliseconds body_timeout{10000};  // the body: this long plus its size at body_min_rate (408)
+  size_t body_min_rate = size_t{64} << 10;        // bytes per second a body (and an answer) must keep up
+  std::chrono::milliseconds idle_timeout{5000};   // a keep-alive connection with no new request is closed
+  int max_connections = 10000;  // open at once (also bounded by the file limit); more are closed at once
+  int io_threads = 2;           // threads reading and writing sockets
+  int decode_threads = 2;       // uploads decoded at once
+  std::string model_name = "ranzcr";  // the Open Inference Protocol's model name (an ensemble is one model)
+  std::string server_version;         // GET /v2 says it
+  std::string token;                  // non-empty: /v1/* and /metrics need "Bearer TOKEN"
+  std::string operating_point;        // with `thresholds`: its name (sens90, ...)
+  std::vector<double> thresholds;     // per label (NaN: none); empty: probabilities only
 };
 
 /// Loads the models (`load`, after the port is bound so /healthz answers meanwhile), warms them up, serves

@@ -69,6 +69,11 @@ void ServeMetrics::error(const std::string& kind) {
   ++errors_[kind];
 }
 
+void ServeMetrics::limit(const std::string& kind) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++limits_[kind];
+}
+
 std::string ServeMetrics::text(int queue_length) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream out;
@@ -95,6 +100,17 @@ std::string ServeMetrics::text(int queue_length) const {
       << "# TYPE ranzcr_serve_errors_total counter\n";
   for (const auto& [kind, n] : errors_)
     out << "ranzcr_serve_errors_total{kind=\"" << kind << "\"} " << n << "\n";
+  out << "# HELP ranzcr_serve_limits_total Limits breached (deadlines, sizes, connection cap, queue), by "
+         "kind.\n"
+      << "# TYPE ranzcr_serve_limits_total counter\n";
+  for (const auto& [kind, n] : limits_)
+    out << "ranzcr_serve_limits_total{kind=\"" << kind << "\"} " << n << "\n";
+  out << "# HELP ranzcr_serve_connections_open Client connections open now.\n"
+      << "# TYPE ranzcr_serve_connections_open gauge\n"
+      << "ranzcr_serve_connections_open " << connections_open_.load() << "\n"
+      << "# HELP ranzcr_serve_connections_total Client connections accepted (not those refused at the cap).\n"
+      << "# TYPE ranzcr_serve_connections_total counter\n"
+      << "ranzcr_serve_connections_total " << connections_total_.load() << "\n";
   return out.str();
 }
 

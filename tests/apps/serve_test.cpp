@@ -1,4 +1,4 @@
-// `ranzcr serve` as a real process on a free port, called over HTTP (cpp-httplib's client): the numbers equal
+// `ranzcr serve` as a real process on a free port, called over HTTP (tests/http_client.h): the numbers equal
 // predict's for the same files, also when requests arrive together and run as one batch; the refusals (400,
 // 401, 404, 413, 503, 504) are one-line JSON and the server goes on serving; SIGTERM finishes what is in
 // flight and exits 0; the web page in a real browser (Chromium through Selenium:
@@ -10,7 +10,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
 
@@ -23,6 +22,7 @@
 
 #include "data/csv.h"
 #include "data/synth.h"
+#include "tests/http_client.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
 
@@ -56,8 +56,8 @@ class Server {
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   std::string log() const { return test::read_file(log_); }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
+  test::HttpClient client() const {
+    test::HttpClient c("127.0.0.1", port_);
     c.set_read_timeout(60, 0);
     return c;
   }
@@ -74,10 +74,9 @@ class Server {
   bool exited_ = false;
 };
 
-httplib::Result post_file(const httplib::Client& const_client, const std::string& path,
-                          const std::string& file, const httplib::Headers& headers = {}) {
-  auto& client = const_cast<httplib::Client&>(const_client);
-  return client.Post(path.c_str(), headers, test::read_file(file), "application/octet-stream");
+std::optional<test::HttpResult> post_file(const test::HttpClient& client, const std::string& path,
+                                          const std::string& file, const test::HttpHeaders& headers = {}) {
+  return client.Post(path, headers, test::read_file(file), "application/octet-stream");
 }
 
 // An upload whose client stops halfway through the body (a raw socket): the server has started on it, so an
@@ -245,7 +244,7 @@ TEST_F(ServeTest, PngInputAndGradCam) {
   EXPECT_EQ(seen.cols, 256);  // data.image_size's default
   EXPECT_EQ(seen.channels(), 1);
 
-  const auto decode = [](const httplib::Result& r) {
+  const auto decode = [](const std::optional<test::HttpResult>& r) {
     return cv::imdecode(std::vector<uchar>(r->body.begin(), r->body.end()), cv::IMREAD_COLOR);
   };
   const auto all = post_file(server.client(), "/v1/cam?labels=all", jpg);
@@ -326,7 +325,7 @@ TEST_F(ServeTest, BearerTokenGuardsTheApi) {
   EXPECT_EQ(server.client().Get("/metrics")->status, 401);
   // The page's flow on one keep-alive connection: refused, then the token; the refused upload's body was
   // read to its end, so the next request on the connection is read from its start.
-  httplib::Client keep = server.client();
+  test::HttpClient keep = server.client();
   keep.set_keep_alive(true);
   const std::string bytes = test::read_file(image);
   const auto refused = keep.Post("/v1/predict", bytes, "application/octet-stream");
@@ -369,11 +368,11 @@ TEST_F(ServeTest, FullQueueIs503) {
   EXPECT_EQ(stalled.status(), "200");
 }
 
-// --timeout-ms 1000 while the batch waits 3 s for a stalled upload: 504. A client that stays silent past
-// --read-timeout-s gets a 400 and is dropped, and the server goes on.
+// --timeout-ms 1000 while the batch waits 3 s for a stalled upload: 504. A client whose body stops past
+// --body-timeout-s gets a 408 and is dropped, and the server goes on.
 TEST_F(ServeTest, LateAnswerIs504AndASilentClientIsDropped) {
   Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-wait-ms", "3000", "--timeout-ms",
-                                      "1000", "--read-timeout-s", "2"});
+                                      "1000", "--body-timeout-s", "2"});
   ASSERT_GT(server.port(), 0) << server.log();
   const std::string image = test_image(3);
   StalledUpload stalled(server.port(), image);
@@ -383,7 +382,7 @@ TEST_F(ServeTest, LateAnswerIs504AndASilentClientIsDropped) {
   EXPECT_EQ(r->status, 504) << r->body;
   EXPECT_NE(r->body.find("timed out"), std::string::npos) << r->body;
   const auto dropped_at = test::Clock::now();
-  EXPECT_EQ(stalled.status(), "400");  // "the body could not be read", after the read timeout
+  EXPECT_EQ(stalled.status(), "408");  // the body's deadline: 2 s plus its size at 64 KiB/s
   EXPECT_LT(test::Clock::now() - dropped_at, std::chrono::seconds(5));
   const auto after = post_file(server.client(), "/v1/predict", image);
   ASSERT_TRUE(after);
