@@ -51,7 +51,11 @@ std::string seconds_text(std::chrono::milliseconds ms) {
 // Our words for a request the parser refused (never the library's text).
 std::string malformed(const error_code& ec) {
   if (ec == http::error::bad_version) return "malformed request: not HTTP/1.0 or HTTP/1.1";
-  if (ec == http::error::bad_content_length) return "malformed request: a bad or repeated Content-Length";
+  if (ec == http::error::bad_content_length) return "malformed request: a bad Content-Length";
+  if (ec == http::error::multiple_content_length) return "malformed request: more than one Content-Length";
+  if (ec == http::error::bad_obs_fold) return "malformed request: a folded header line";
+  if (ec == http::error::buffer_overflow || ec == http::error::bad_alloc)
+    return "malformed request: too large to hold";
   if (ec == http::error::bad_transfer_encoding) return "malformed request: a bad Transfer-Encoding";
   if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension)
     return "malformed request: a bad chunk in the chunked body";

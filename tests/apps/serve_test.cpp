@@ -22,6 +22,7 @@
 
 #include "data/csv.h"
 #include "data/synth.h"
+#include "tests/apps/serve_server.h"
 #include "tests/http_client.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -33,46 +34,6 @@ using nlohmann::json;
 using test::run_command;
 
 const std::vector<std::string>& kLabels = ranzcr_label_names();  // what synth writes
-
-// A running `ranzcr serve`: started with `args` on a free port, stopped (SIGTERM) with the object.
-class Server {
- public:
-  Server(const std::string& log, std::vector<std::string> args) : log_(log) {
-    args.insert(args.begin(), "serve");
-    args.insert(args.end(), {"--port", "0"});
-    pid_ = test::spawn(args, {}, log);
-    if (!test::wait_for_text(log, "serving on ", 120)) return;
-    std::smatch m;
-    const std::string text = test::read_file(log);
-    if (std::regex_search(text, m, std::regex("serving on http://127\\.0\\.0\\.1:(\\d+)")))
-      port_ = std::stoi(m[1]);
-  }
-  ~Server() {
-    if (pid_ > 0 && !exited_) {
-      ::kill(pid_, SIGTERM);
-      test::wait_exit(pid_, 30);
-    }
-  }
-  int port() const { return port_; }
-  pid_t pid() const { return pid_; }
-  std::string log() const { return test::read_file(log_); }
-  test::HttpClient client() const {
-    test::HttpClient c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  int stop_and_wait(double timeout) {
-    ::kill(pid_, SIGTERM);
-    exited_ = true;
-    return test::wait_exit(pid_, timeout);
-  }
-
- private:
-  std::string log_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  bool exited_ = false;
-};
 
 std::optional<test::HttpResult> post_file(const test::HttpClient& client, const std::string& path,
                                           const std::string& file, const test::HttpHeaders& headers = {}) {
@@ -153,8 +114,9 @@ class ServeTest : public ::testing::Test {
 // Every test image, posted 8 at a time (so that batches of several images run), answers predict's CSV row:
 // the probabilities to the CSV's 6 decimals, the youden decisions exactly.
 TEST_F(ServeTest, PredictAnswersPredictsNumbersAlsoInBatches) {
-  Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--thresholds", thresholds(), "--at",
-                                      "youden", "--max-batch", "8", "--max-wait-ms", "200"});
+  test::ServeProcess server(*dir_ / "serve.log",
+                            {"--checkpoint", checkpoint(), "--thresholds", thresholds(), "--at", "youden",
+                             "--max-batch", "8", "--max-wait-ms", "200"});
   ASSERT_GT(server.port(), 0) << server.log();
   const CsvTable sub = read_csv(*dir_ / "sub.csv");
   ASSERT_EQ(sub.rows.size(), 10u);
@@ -204,7 +166,7 @@ TEST_F(ServeTest, DicomUploadsAnswerPredictsNumbers) {
   r = run_command(bin + " predict --checkpoint " + checkpoint() + " --images " + dcm +
                   "/test --set data.image_ext=.dcm --out " + (*dir_ / "dcm.csv"));
   ASSERT_EQ(r.status, 0) << r.output;
-  Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint()});
+  test::ServeProcess server(*dir_ / "serve.log", {"--checkpoint", checkpoint()});
   ASSERT_GT(server.port(), 0) << server.log();
   const CsvTable sub = read_csv(*dir_ / "dcm.csv");
   ASSERT_EQ(sub.rows.size(), 4u);
@@ -222,7 +184,7 @@ TEST_F(ServeTest, DicomUploadsAnswerPredictsNumbers) {
 // A PNG of the same pixels answers the JPEG's numbers; /v1/input shows what the model saw; /v1/cam draws
 // predict --cam's overlay (a 320-px panel per label under a 28-px title bar).
 TEST_F(ServeTest, PngInputAndGradCam) {
-  Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint()});
+  test::ServeProcess server(*dir_ / "serve.log", {"--checkpoint", checkpoint()});
   ASSERT_GT(server.port(), 0) << server.log();
   const std::string jpg = test_image(0), png = *dir_ / "same.png";
   ASSERT_TRUE(cv::imwrite(png, cv::imread(jpg, cv::IMREAD_GRAYSCALE)));
@@ -266,7 +228,7 @@ TEST_F(ServeTest, PngInputAndGradCam) {
 // Not an image, a truncated JPEG, two hostile DICOM files, an empty body, a body over --max-body-mb, an
 // unknown path: each a one-line JSON error with its status, counted by kind; then a good image still answers.
 TEST_F(ServeTest, BadRequestsAreRefusedAndTheServerKeepsServing) {
-  Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-body-mb", "1"});
+  test::ServeProcess server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-body-mb", "1"});
   ASSERT_GT(server.port(), 0) << server.log();
   const std::string good = test_image(1), truncated = *dir_ / "truncated.jpg", big = *dir_ / "big.bin";
   test::write_file(truncated, test::read_file(good).substr(0, 600));
@@ -309,7 +271,8 @@ TEST_F(ServeTest, BadRequestsAreRefusedAndTheServerKeepsServing) {
 // and the probes do not.
 TEST_F(ServeTest, BearerTokenGuardsTheApi) {
   test::write_file(*dir_ / "token", "s3cret-token\n");
-  Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--token-file", *dir_ / "token"});
+  test::ServeProcess server(*dir_ / "serve.log",
+                            {"--checkpoint", checkpoint(), "--token-file", *dir_ / "token"});
   ASSERT_GT(server.port(), 0) << server.log();
   const std::string image = test_image(2);
   const auto none = post_file(server.client(), "/v1/predict", image);
@@ -343,8 +306,8 @@ TEST_F(ServeTest, BearerTokenGuardsTheApi) {
 // --max-wait-ms). Here one client stalls halfway through its upload: the next two requests wait in the queue
 // (--max-queue 2), a third finds it full (503, Retry-After), and the two are answered after --max-wait-ms.
 TEST_F(ServeTest, FullQueueIs503) {
-  Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-batch", "8", "--max-wait-ms",
-                                      "1500", "--max-queue", "2"});
+  test::ServeProcess server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-batch", "8",
+                                                  "--max-wait-ms", "1500", "--max-queue", "2"});
   ASSERT_GT(server.port(), 0) << server.log();
   const std::string image = test_image(3);
   const auto lone = post_file(server.client(), "/v1/predict", image);
@@ -371,8 +334,8 @@ TEST_F(ServeTest, FullQueueIs503) {
 // --timeout-ms 1000 while the batch waits 3 s for a stalled upload: 504. A client whose body stops past
 // --body-timeout-s gets a 408 and is dropped, and the server goes on.
 TEST_F(ServeTest, LateAnswerIs504AndASilentClientIsDropped) {
-  Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-wait-ms", "3000", "--timeout-ms",
-                                      "1000", "--body-timeout-s", "2"});
+  test::ServeProcess server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-wait-ms", "3000",
+                                                  "--timeout-ms", "1000", "--body-timeout-s", "2"});
   ASSERT_GT(server.port(), 0) << server.log();
   const std::string image = test_image(3);
   StalledUpload stalled(server.port(), image);
@@ -392,7 +355,7 @@ TEST_F(ServeTest, LateAnswerIs504AndASilentClientIsDropped) {
 // SIGTERM while one request waits in a batch and another is still uploading: both are answered, new
 // connections are refused, the exit status is 0.
 TEST_F(ServeTest, SigtermFinishesTheRequestsInFlightAndExitsZero) {
-  Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-wait-ms", "1500"});
+  test::ServeProcess server(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-wait-ms", "1500"});
   ASSERT_GT(server.port(), 0) << server.log();
   StalledUpload stalled(server.port(), test_image(4));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -411,7 +374,7 @@ TEST_F(ServeTest, SigtermFinishesTheRequestsInFlightAndExitsZero) {
 
 // A port already taken: one error line, a non-zero exit, at once.
 TEST_F(ServeTest, PortInUseIsOneErrorLine) {
-  Server server(*dir_ / "serve.log", {"--checkpoint", checkpoint()});
+  test::ServeProcess server(*dir_ / "serve.log", {"--checkpoint", checkpoint()});
   ASSERT_GT(server.port(), 0) << server.log();
   const auto r = run_command("timeout -s KILL 60 " + std::string(RANZCR_BINARY) + " serve --checkpoint " +
                              checkpoint() + " --port " + std::to_string(server.port()));
@@ -421,22 +384,17 @@ TEST_F(ServeTest, PortInUseIsOneErrorLine) {
   EXPECT_NE(errors[0].find("cannot listen on 127.0.0.1:" + std::to_string(server.port())), std::string::npos);
 }
 
-std::string python() {
-  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
-  return std::filesystem::exists(venv) ? venv : "python3";
-}
-
 // The page in headless Chromium: upload a synthetic image, the bars equal the JSON endpoint's numbers, the
 // input and the Grad-CAM overlay load, a label's toggle swaps the overlay; the screenshot is kept when
 // RANZCR_SCREENSHOT_DIR names a folder.
 TEST_F(ServeTest, PageInARealBrowserShowsTheEndpointsNumbers) {
-  Server server(*dir_ / "serve.log",
-                {"--checkpoint", checkpoint(), "--thresholds", thresholds(), "--at", "youden"});
+  test::ServeProcess server(*dir_ / "serve.log",
+                            {"--checkpoint", checkpoint(), "--thresholds", thresholds(), "--at", "youden"});
   ASSERT_GT(server.port(), 0) << server.log();
   const char* keep = std::getenv("RANZCR_SCREENSHOT_DIR");
   const std::string shot = keep ? std::string(keep) + "/serve_page.png" : *dir_ / "page.png";
   const auto r = run_command(
-      python() + " " + RANZCR_SOURCE_DIR +
+      test::python() + " " + RANZCR_SOURCE_DIR +
       "/tests/apps/serve_page_check.py --url http://127.0.0.1:" + std::to_string(server.port()) +
       "/ --image " + test_image(5) + " --screenshot " + shot + " --json " + (*dir_ / "page.json"));
   if (r.status == 77) RANZCR_SKIP_WITHOUT_REFERENCE("no browser for the page test: " << r.output);

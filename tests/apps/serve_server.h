@@ -1,0 +1,64 @@
+// A real `ranzcr serve` process for the tests (tests/apps/serve_*_test.cpp): started on a free port, stopped
+// with SIGTERM when the object goes.
+#pragma once
+
+#include <signal.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/http_client.h"
+#include "tests/process_util.h"
+#include "tests/test_util.h"
+
+namespace ranzcr::test {
+
+// A running `ranzcr serve`: started with `args` on a free port, stopped (SIGTERM) with the object.
+class ServeProcess {
+ public:
+  ServeProcess(const std::string& log, std::vector<std::string> args) : log_(log) {
+    args.insert(args.begin(), "serve");
+    args.insert(args.end(), {"--port", "0"});
+    pid_ = spawn(args, {}, log);
+    if (!wait_for_text(log, "serving on ", 120)) return;
+    std::smatch m;
+    const std::string text = read_file(log);
+    if (std::regex_search(text, m, std::regex("serving on http://127\\.0\\.0\\.1:(\\d+)")))
+      port_ = std::stoi(m[1]);
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGTERM);
+      wait_exit(pid_, 30);
+    }
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string log() const { return read_file(log_); }
+  HttpClient client() const {
+    HttpClient c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  int stop_and_wait(double timeout) {
+    ::kill(pid_, SIGTERM);
+    exited_ = true;
+    return wait_exit(pid_, timeout);
+  }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+};
+
+/// The project's .venv python (it has tritonclient, selenium), else python3.
+inline std::string python() {
+  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
+  return std::filesystem::exists(venv) ? venv : "python3";
+}
+
+}  // namespace ranzcr::test
