@@ -12,6 +12,7 @@
 #   TENSORBOARD_PIP_SPEC=tensorboard==2.21.0 ...      # the tensorboard for the event-file test (into .venv)
 #   TIMM_PIP_SPEC=timm==1.0.31 ...                    # the timm for the logits parity test (into .venv, --no-deps)
 #   SELENIUM_PIP_SPEC=selenium==4.51.0 ...            # the Selenium for serve's browser test (into .venv)
+#   TRITON_PIP_SPEC=tritonclient[http]==2.73.0 ...  # the Open Inference Protocol client for serve's test (into .venv)
 #   OPENCV_PIP_SPEC=opencv-python-headless==5.0.0.93 ... # OpenCV for the PyTorch benchmark reference (into .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,18 +55,18 @@ if [ -n "${RANZCR_BUNDLE:-}" ]; then
     say "no libcurl or OpenSSL headers here: building without Hub downloads (the Hugging Face cache is read only)"
     RANZCR_CMAKE_ARGS="${RANZCR_CMAKE_ARGS:-} -DRANZCR_WITH_CURL=OFF"
   fi
-  # `serve` needs cpp-httplib (Debian's libcpp-httplib-dev, a compiled library, not in the bundle): without it
-  # the binary is built without serve, and `ranzcr serve` says so.
-  if ! echo '#include <httplib.h>' | c++ -E -x c++ - >/dev/null 2>&1; then
-    say "no cpp-httplib here: building without serve (ranzcr serve will say so)"
-    RANZCR_CMAKE_ARGS="${RANZCR_CMAKE_ARGS:-} -DRANZCR_WITH_SERVE=OFF"
+  # `serve` needs Boost.Beast and Asio (header-only), which the bundle carries (make-bundle.sh, from Debian's
+  # libboost1.81-dev): a bundle made before it carried them is made again, not built without serve.
+  if ! echo '#include <boost/beast/core.hpp>' | c++ -E -x c++ -isystem "$BUNDLE/include" - >/dev/null 2>&1 ||
+    [ ! -f "$BUNDLE/include/boost/beast/core.hpp" ]; then
+    die "the bundle $BUNDLE has no Boost.Beast headers (include/boost/beast/core.hpp), which serve needs: make it again with scripts/offline/make-bundle.sh"
   fi
 else
   # libdcmtk-dev, libopenjp2-7-dev: DICOM (Debian's security updates patch them); libseccomp-dev: the DICOM
   # decoder helper's filter; iproute2: the two-host tests' network namespaces; ccache: step 3;
-  # libcpp-httplib-dev: serve's HTTP server; chromium + chromium-driver: the page's browser test (with Selenium
-  # in .venv, step 2b); wrk: serve's load test (scripts/bench/serve_compare.sh).
-  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libdcmtk-dev libopenjp2-7-dev libseccomp-dev iproute2 ccache libcpp-httplib-dev chromium chromium-driver wrk"
+  # libboost1.81-dev: serve's HTTP server (Boost.Beast on Asio, header-only); chromium + chromium-driver: the
+  # page's browser test (with Selenium in .venv, step 2b); wrk: serve's load test (scripts/bench/serve_compare.sh).
+  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libdcmtk-dev libopenjp2-7-dev libseccomp-dev iproute2 ccache libboost1.81-dev chromium chromium-driver wrk"
   missing=""
   for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   [ -z "$missing" ] || apt_install $missing
@@ -138,6 +139,16 @@ if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import sele
   fi
 fi
 
+# tritonclient[http], the Open Inference Protocol's client from Triton, for the test that calls serve's /v2
+# endpoints with it (tests/apps/serve_triton_check.py; skipped without, a failure under CI=true). No torch.
+if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import tritonclient.http' >/dev/null 2>&1; then
+  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
+    say "no tritonclient in .venv (RANZCR_OFFLINE=1 forbids pip): the Open Inference Protocol client test will be skipped"
+  elif ! "$ROOT/.venv/bin/pip" install -q "${TRITON_PIP_SPEC:-tritonclient[http]==2.73.0}" > "$ROOT/.venv/pip-triton.log" 2>&1; then
+    reference_missing "pip install tritonclient[http] failed (.venv/pip-triton.log)" "the Open Inference Protocol client test will be skipped"
+  fi
+fi
+
 # The real huggingface_hub client and safetensors, for the tests that share the Hugging Face cache with
 # Python in both directions and serve timm's own save_for_hf output (tests/apps/pretrained_hub_test.cpp);
 # skipped without. Neither pulls a torch.
@@ -181,10 +192,20 @@ elif grep -q '^GDCM_DIR:' "$BUILD_DIR/CMakeCache.txt"; then
   # A build folder configured when DICOM went through GDCM: configure it again for DCMTK and OpenJPEG.
   say "reconfiguring $BUILD_DIR (DICOM now goes through DCMTK and OpenJPEG)"
   cmake -U 'GDCM*' "$BUILD_DIR" >/dev/null
+elif [ -n "$BUNDLE" ] && grep -q '^RANZCR_WITH_SERVE:BOOL=OFF' "$BUILD_DIR/CMakeCache.txt" &&
+  [[ "${RANZCR_CMAKE_ARGS:-}" != *RANZCR_WITH_SERVE* ]]; then
+  # A build folder configured without serve when the bundle had no HTTP library: the bundle now carries
+  # Boost.Beast, so configure it again with serve (unless RANZCR_CMAKE_ARGS names RANZCR_WITH_SERVE).
+  say "reconfiguring $BUILD_DIR with serve (the bundle carries Boost.Beast now)"
+  cmake -DRANZCR_WITH_SERVE=ON "$BUILD_DIR" >/dev/null
 fi
 if [ -n "$BUNDLE" ]; then
   # Every bundled dependency must come from the bundle, not from a system package beside it.
-  for var in OpenCV_DIR yaml-cpp_DIR GTest_DIR DCMTK_DIR OpenJPEG_DIR CLI11_DIR nlohmann_json_DIR RANZCR_GLOO_INCLUDE_DIR RANZCR_SECCOMP_LIBRARY; do
+  for var in OpenCV_DIR yaml-cpp_DIR GTest_DIR DCMTK_DIR OpenJPEG_DIR CLI11_DIR nlohmann_json_DIR RANZCR_GLOO_INCLUDE_DIR RANZCR_SECCOMP_LIBRARY BOOST_BEAST_INCLUDE_DIR; do
+    # (serve's Boost headers, unless this build was asked for without serve: RANZCR_WITH_SERVE=OFF)
+    if [ "$var" = BOOST_BEAST_INCLUDE_DIR ] && grep -q '^RANZCR_WITH_SERVE:BOOL=OFF' "$BUILD_DIR/CMakeCache.txt"; then
+      continue
+    fi
     found=$(sed -n "s/^$var:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt")
     case "$found" in
       "$BUNDLE"/*) ;;

@@ -68,6 +68,14 @@ std::string malformed(const error_code& ec) {
 }
 
 class Server;
+class Session;
+
+// The open sessions, for SIGTERM. Shared with every session: a session's handler may still be queued when the
+// server goes (an answer posted after the I/O threads returned), and is destroyed with the io_context.
+struct SessionRegistry {
+  std::mutex mutex;
+  std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> sessions;
+};
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -95,7 +103,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_deadline(const char* kind);
 
   tcp::socket socket_;
-  Server& server_;
+  Server& server_;  // not used by the destructor (see SessionRegistry)
+  ServeMetrics& metrics_;
+  std::shared_ptr<SessionRegistry> registry_;
   net::steady_timer timer_;
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -126,8 +136,6 @@ class Server {
   void run(int threads);
   void join();
   void stop();  // from any thread
-  void add(const std::shared_ptr<Session>& s);
-  void remove(const std::weak_ptr<Session>& s);
   bool stopping() const { return stopping_; }
 
   const ServeOptions& options;
@@ -135,6 +143,7 @@ class Server {
   ServeMetrics& metrics;
   RunLog& log;
   int max_connections = 0;
+  const std::shared_ptr<SessionRegistry> registry = std::make_shared<SessionRegistry>();
 
  private:
   void accept();
@@ -144,26 +153,32 @@ class Server {
   tcp::acceptor acceptor_;
   net::steady_timer retry_;
   std::atomic<bool> stopping_{false};
-  std::mutex sessions_mutex_;
-  std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> sessions_;
   std::vector<std::thread> threads_;
 };
 
 // ---- Session ---------------------------------------------------------------------------------------------
 
 Session::Session(tcp::socket socket, Server& server)
-    : socket_(std::move(socket)), server_(server), timer_(socket_.get_executor()) {
-  server_.metrics.connection_opened();
+    : socket_(std::move(socket)),
+      server_(server),
+      metrics_(server.metrics),
+      registry_(server.registry),
+      timer_(socket_.get_executor()) {
+  metrics_.connection_opened();
 }
 
 Session::~Session() {
-  server_.metrics.connection_closed();
-  server_.remove(self_);
+  metrics_.connection_closed();
+  std::lock_guard<std::mutex> lock(registry_->mutex);
+  registry_->sessions.erase(self_);
 }
 
 void Session::start() {
   self_ = weak_from_this();
-  server_.add(shared_from_this());
+  {
+    std::lock_guard<std::mutex> lock(registry_->mutex);
+    registry_->sessions.insert(self_);
+  }
   net::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->read_header(); });
 }
 
@@ -473,22 +488,12 @@ void Server::stop() {
     retry_.cancel();
     std::vector<std::shared_ptr<Session>> live;
     {
-      std::lock_guard<std::mutex> lock(sessions_mutex_);
-      for (const auto& w : sessions_)
+      std::lock_guard<std::mutex> lock(registry->mutex);
+      for (const auto& w : registry->sessions)
         if (auto s = w.lock()) live.push_back(std::move(s));
     }
     for (const auto& s : live) s->stop();
   });
-}
-
-void Server::add(const std::shared_ptr<Session>& s) {
-  std::lock_guard<std::mutex> lock(sessions_mutex_);
-  sessions_.insert(s);
-}
-
-void Server::remove(const std::weak_ptr<Session>& s) {
-  std::lock_guard<std::mutex> lock(sessions_mutex_);
-  sessions_.erase(s);
 }
 
 void Server::accept() {
