@@ -48,6 +48,11 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return s + " s";
 }
 
+// An error of Beast's HTTP parser (the request is malformed), not of the socket (the peer went).
+bool from_parser(const error_code& ec) {
+  return ec.category() == http::make_error_code(http::error::bad_version).category();
+}
+
 // Our words for a request the parser refused (never the library's text).
 std::string malformed(const error_code& ec) {
   if (ec == http::error::bad_version) return "malformed request: not HTTP/1.0 or HTTP/1.1";
@@ -115,7 +120,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = false, head_ = false, stop_requested_ = false, answered_ = true;
   unsigned version_ = 11;
   uint64_t timer_gen_ = 0, request_gen_ = 0;
-  const char* timed_out_ = nullptr;  // the deadline that cancelled the socket's operation
+  const char* timed_out_ = nullptr;                 // the deadline that cancelled the socket's operation
+  std::atomic<std::thread::id> handling_thread_{};  // the strand's thread while Service::handle runs
   std::chrono::steady_clock::time_point body_start_;
   std::weak_ptr<Session> self_;
 };
@@ -130,6 +136,12 @@ class Server {
         acceptor_(net::make_strand(ioc_)),
         retry_(acceptor_.get_executor()) {}
 
+  ~Server() {  // an early exit (an exception between run() and join()): stop the I/O threads first
+    if (!threads_.empty() && threads_.front().joinable()) {
+      ioc_.stop();
+      join();
+    }
+  }
   // Binds and listens; the port (the one chosen when options.port is 0). Throws one line when it cannot.
   int bind();
   // Runs the I/O threads; they return once stop() closed the listener and every connection has ended.
@@ -185,8 +197,9 @@ void Session::start() {
 void Session::stop() {
   net::post(socket_.get_executor(), [self = shared_from_this()] {
     self->stop_requested_ = true;
+    error_code ec;  // bytes of a request in the kernel, not read yet: it has begun, it is answered
     const bool nothing_read = self->phase_ == Phase::kHeader && self->buffer_.size() == 0 && self->parser_ &&
-                              !self->parser_->got_some();
+                              !self->parser_->got_some() && self->socket_.available(ec) == 0;
     if (self->phase_ == Phase::kIdle || nothing_read) self->close();
   });
 }
@@ -207,7 +220,6 @@ void Session::disarm() {
 
 void Session::on_deadline(const char* kind) {
   if (std::string(kind) == "answer") {
-    server_.metrics.error("deadline");
     answer(request_gen_, error_response(504, "timed out: no answer within --timeout-ms (" +
                                                  std::to_string(server_.options.timeout.count()) + " ms)"));
     return;
@@ -236,6 +248,8 @@ void Session::wait_idle() {
 
 void Session::read_header() {
   phase_ = Phase::kHeader;
+  head_ = false;  // an answer before this request's header is taken (408, 413, 431, 400) is a full one
+  version_ = 11;
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(server_.options.max_header_bytes));
   parser_->body_limit(server_.options.max_body_bytes);
@@ -257,8 +271,8 @@ void Session::on_header(error_code ec) {
                          seconds_text(o.header_timeout) + ")");
   }
   disarm();
-  if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-      ec == net::error::operation_aborted)
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+      (ec && !from_parser(ec)))  // the peer went: reset, EOF, ...
     return close();
   if (ec == http::error::header_limit) {
     server_.metrics.limit("header_size");
@@ -277,7 +291,7 @@ void Session::on_header(error_code ec) {
   }
   if (!take_header()) return;
   const std::string expect = std::string(parser_->get()[http::field::expect]);
-  if (strcasecmp(expect.c_str(), "100-continue") == 0 && !parser_->is_done()) {
+  if (version_ == 11 && strcasecmp(expect.c_str(), "100-continue") == 0 && !parser_->is_done()) {
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     arm(std::chrono::steady_clock::now() + o.body_timeout, "write_timeout");
     net::async_write(socket_, net::buffer(kContinue), [self = shared_from_this()](error_code ec, size_t) {
@@ -316,7 +330,7 @@ bool Session::take_header() {
     }
     request_.headers.emplace_back(name, value);
   }
-  request_.hold = server_.service.on_header(request_.method, request_.path);
+  request_.hold = server_.service.on_header(request_);
   body_start_ = std::chrono::steady_clock::now();
   return true;
 }
@@ -329,13 +343,23 @@ void Session::read_body() {
   const size_t got = parser_->get().body().size();
   const auto allowance = std::chrono::milliseconds(
       static_cast<int64_t>(1000.0 * static_cast<double>(got) / static_cast<double>(o.body_min_rate)));
-  arm(body_start_ + o.body_timeout + allowance, "body_timeout");
+  const auto body_deadline = body_start_ + o.body_timeout + allowance;
+  const auto answer_deadline = request_.arrival + o.timeout;  // never past the request's own deadline
+  if (answer_deadline < body_deadline)
+    arm(answer_deadline, "request_timeout");
+  else
+    arm(body_deadline, "body_timeout");
   http::async_read_some(socket_, buffer_, *parser_,
                         [self = shared_from_this()](error_code ec, size_t) { self->on_body(ec); });
 }
 
 void Session::on_body(error_code ec) {
   const ServeOptions& o = server_.options;
+  if (timed_out_ && std::string(timed_out_) == "request_timeout") {
+    server_.metrics.error("deadline");
+    return fail(504, "timed out: the body was still arriving --timeout-ms (" +
+                         std::to_string(o.timeout.count()) + " ms) after the header");
+  }
   if (timed_out_) {
     server_.metrics.limit("body_timeout");
     return fail(408, "the body did not arrive in time (--body-timeout-s " + seconds_text(o.body_timeout) +
@@ -347,8 +371,8 @@ void Session::on_body(error_code ec) {
     return fail(413,
                 "the body is larger than --max-body-mb (" + std::to_string(o.max_body_bytes >> 20) + " MiB)");
   }
-  if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == net::error::eof ||
-      ec == net::error::connection_reset || ec == net::error::operation_aborted)
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+      (ec && !from_parser(ec)))  // the peer went: reset, EOF, ...
     return close();
   if (ec) {
     server_.metrics.error("bad_request");
@@ -367,17 +391,23 @@ void Session::dispatch() {
   answered_ = false;
   arm(request.arrival + server_.options.timeout, "answer");
   auto self = shared_from_this();
+  // An answer given at once (probes, metadata, refusals) is written at once, on this strand: no deadline can
+  // overtake it. One from another thread (decode, batching) is posted to the strand.
   const Respond respond = [self, gen](HttpResponse res) {
+    if (std::this_thread::get_id() == self->handling_thread_.load()) return self->answer(gen, std::move(res));
     net::post(self->socket_.get_executor(),
               [self, gen, res = std::move(res)]() mutable { self->answer(gen, std::move(res)); });
   };
+  handling_thread_ = std::this_thread::get_id();
   server_.service.handle(std::move(request), respond);
+  handling_thread_ = std::thread::id();
 }
 
 void Session::answer(uint64_t gen, HttpResponse res) {
   if (gen != request_gen_ || answered_) return;  // late: its 504 went out
   answered_ = true;
   disarm();
+  if (res.status == 504) server_.metrics.error("deadline");  // counted once, where it is written
   server_.metrics.request(
       endpoint_, res.status,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - body_start_).count());
@@ -472,7 +502,18 @@ int Server::bind() {
 
 void Server::run(int threads) {
   accept();
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
+  for (int i = 0; i < threads; ++i)
+    threads_.emplace_back([this] {
+      for (;;) {
+        try {
+          ioc_.run();
+          return;
+        } catch (
+            const std::exception& e) {  // out of memory in a handler, ...: that connection, not the server
+          log.warn(std::string("serve: an I/O handler failed: ") + e.what());
+        }
+      }
+    });
 }
 
 void Server::join() {
@@ -578,6 +619,7 @@ int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const
     done = true;
     watcher.join();
     server.join();
+    service.stop();
     throw;
   }
   log.info("serving on " + url + " (page at " + url + "/, API POST " + url + "/v1/predict, Open Inference " +

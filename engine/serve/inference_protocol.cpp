@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 
@@ -60,10 +61,15 @@ std::vector<std::string> binary_bytes_elements(const std::string& blob) {
   return out;
 }
 
-// BYTES elements in JSON: strings, nested in lists as the shape says (flattened here).
-void json_bytes_elements(const json& data, bool base64, std::vector<std::string>& out) {
+// BYTES elements in JSON: strings, nested in lists as the shape says (flattened here), at most kMaxDepth deep
+// (the recursion must not follow a client's nesting down the stack).
+constexpr int kMaxDepth = 8;
+
+void json_bytes_elements(const json& data, bool base64, std::vector<std::string>& out, int depth = 0) {
   if (data.is_array()) {
-    for (const json& d : data) json_bytes_elements(d, base64, out);
+    if (depth >= kMaxDepth)
+      refuse("input 'image': \"data\" is nested deeper than " + std::to_string(kMaxDepth));
+    for (const json& d : data) json_bytes_elements(d, base64, out, depth + 1);
     return;
   }
   if (!data.is_string()) refuse("input 'image': every element of \"data\" must be a string");
@@ -176,16 +182,24 @@ std::string raw_bytes(const OutputTensor& t) {
 }  // namespace
 
 bool base64_decode(const std::string& text, std::string& out) {
-  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const std::array<int8_t, 256> kValue = [] {
+    std::array<int8_t, 256> v{};
+    v.fill(-1);
+    const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i < alphabet.size(); ++i)
+      v[static_cast<unsigned char>(alphabet[i])] = static_cast<int8_t>(i);
+    return v;
+  }();
   out.clear();
+  out.reserve(text.size() / 4 * 3 + 3);
   size_t end = text.size();
   while (end > 0 && text[end - 1] == '=' && text.size() - end < 2) --end;
   if (end % 4 == 1 || (text.size() != end && text.size() % 4 != 0)) return false;
   uint32_t acc = 0;
   int bits = 0;
   for (size_t i = 0; i < end; ++i) {
-    const size_t v = kAlphabet.find(text[i]);
-    if (v == std::string::npos) return false;
+    const int v = kValue[static_cast<unsigned char>(text[i])];
+    if (v < 0) return false;
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
     if (bits >= 8) {
@@ -205,6 +219,8 @@ InferRequest parse_infer_request(const std::string& body, const std::string& hea
     request = json::parse(head);
   } catch (const json::parse_error& e) {
     refuse("the inference request is not valid JSON (at byte " + std::to_string(e.byte) + ")");
+  } catch (const json::exception&) {  // a number out of range, ...: the library's words stay out
+    refuse("the inference request is not JSON this server can read (a number out of range?)");
   }
   if (!request.is_object()) refuse("the inference request must be a JSON object");
   InferRequest out;

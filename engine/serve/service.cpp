@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/printable.h"
 #include "data/dicom_sandbox.h"
 #include "data/image_pipeline.h"
 #include "engine/infer/grad_cam.h"
@@ -26,6 +27,12 @@ using json = nlohmann::ordered_json;  // keys in the order written: labels in th
 double seconds_since(ServeClock::time_point t) {
   return std::chrono::duration<double>(ServeClock::now() - t).count();
 }
+
+// A fault of the server, not of the request (a 500 whatever its type): kept apart from the readers' refusals,
+// which are std::runtime_error too.
+struct InternalFault : std::logic_error {
+  using std::logic_error::logic_error;
+};
 
 // An answer other than 200 that we chose: its status, the one-line message and the metrics' error kind.
 struct HttpError : std::runtime_error {
@@ -87,7 +94,10 @@ class TaskPool {
       std::function<void()> task = std::move(tasks_.front());
       tasks_.pop_front();
       lock.unlock();
-      task();  // tasks catch their own failures (Service::guarded)
+      try {
+        task();        // tasks answer their own failures (Service::guarded)
+      } catch (...) {  // a failure while answering one (out of memory): the thread goes on
+      }
       lock.lock();
     }
   }
@@ -154,7 +164,7 @@ struct Service::Impl {
     try {
       f();
     } catch (const HttpError& e) {
-      metrics.error(e.kind);
+      if (e.kind != "deadline") metrics.error(e.kind);  // deadlines: counted where the 504 is written
       HttpResponse r = error_response(e.status, e.what());
       if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
       if (e.kind == "queue_full") metrics.limit("queue_full");
@@ -171,7 +181,7 @@ struct Service::Impl {
   void internal_error(const std::string& endpoint, const std::string& cause, const Respond& respond) {
     const std::string id = std::to_string(++request_ids);
     metrics.error("internal");
-    log.warn("serve: request " + id + " (" + endpoint + ") failed: " + cause);
+    log.warn("serve: request " + id + " (" + endpoint + ") failed: " + printable(cause, 2000));
     respond(error_response(500, "internal error (request id " + id + " in the server's log)"));
   }
 
@@ -195,12 +205,12 @@ struct Service::Impl {
       metrics.decoded(image->format);
       return image;
     } catch (const DicomSandboxUnavailable& e) {
-      throw std::runtime_error(std::string("the DICOM helper is unavailable: ") + e.what());
-    } catch (const std::exception& e) {
+      throw InternalFault(std::string("the DICOM helper is unavailable: ") + e.what());
+    } catch (const std::runtime_error& e) {  // the readers' one-line refusals (RANZCR_CHECK)
       const std::string format = image_format(bytes);
       throw HttpError(400, format.empty() ? "not_an_image" : "bad_" + format,
                       (what == "the request" ? "" : what + ": ") + e.what());
-    }
+    }  // anything else (out of memory, LibTorch's or OpenCV's own errors) is an internal fault: a 500
   }
 
   static void check_outcome(const BatchOutcome& o) {
@@ -352,11 +362,11 @@ void Service::Impl::infer_v2(std::shared_ptr<HttpRequest> req, const Respond& re
   if (!req->header("Content-Encoding").empty() && req->header("Content-Encoding") != "identity")
     throw ProtocolError(415, "Content-Encoding " + req->header("Content-Encoding") +
                                  " is not supported: send the body as is");
-  auto request = std::make_shared<InferRequest>(
-      parse_infer_request(req->body, req->header("Inference-Header-Content-Length"), outputs));
-  req->body.clear();
-  decode.post([this, req, request, respond, t] {
+  decode.post([this, req, outputs, respond, t] {  // parsed here, not on an I/O thread: a body may be 64 MiB
     guarded("/v2/infer", respond, [&] {
+      auto request = std::make_shared<InferRequest>(
+          parse_infer_request(req->body, req->header("Inference-Header-Content-Length"), outputs));
+      std::string().swap(req->body);
       std::vector<std::shared_ptr<const PreparedImage>> images;
       for (size_t i = 0; i < request->images.size(); ++i)
         images.push_back(
@@ -505,10 +515,14 @@ bool Service::ready() const {
   return impl_->ready;
 }
 
-std::shared_ptr<void> Service::on_header(const std::string& method, const std::string& path) {
-  if (!impl_->ready || method != "POST") return nullptr;
+std::shared_ptr<void> Service::on_header(const HttpRequest& request) {
+  if (!impl_->ready || request.method != "POST") return nullptr;
   ModelPath m;
-  if (path != "/v1/predict" && !(parse_model_path(path, m) && m.action == "infer")) return nullptr;
+  if (request.path != "/v1/predict" && !(parse_model_path(request.path, m) && m.action == "infer"))
+    return nullptr;
+  const std::string& token = impl_->options.token;
+  if (!token.empty() && !constant_time_equal(request.header("Authorization"), "Bearer " + token))
+    return nullptr;  // will be refused: no batch waits for it
   return std::make_shared<Batcher::Incoming>(*impl_->batcher);
 }
 

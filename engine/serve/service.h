@@ -33,7 +33,7 @@ class Service {
 
   /// A request's header has arrived: what the request holds while its body is read (an upload keeps an open
   /// batch waiting for it, Batcher::Incoming); nullptr for other requests.
-  std::shared_ptr<void> on_header(const std::string& method, const std::string& path);
+  std::shared_ptr<void> on_header(const HttpRequest& request);
 
   /// Answers `request` through `respond`, once, now or later from another thread. Never throws: every
   /// failure is an error answer (a 500 is logged with its request id).

@@ -119,6 +119,30 @@ TEST_F(ServeProtocolTest, TritonClientGetsPredictsNumbers) {
   EXPECT_NE(r.output.find("\"files\": 6"), std::string::npos) << r.output;
 }
 
+// An upload still arriving --timeout-ms after its header is answered 504 then, not after the body's own
+// (longer) deadline; the server goes on.
+TEST_F(ServeProtocolTest, ABodyStillArrivingAtTheRequestDeadlineIs504) {
+  test::ServeProcess server(*dir_ / "serve-504.log", {"--checkpoint", checkpoint(), "--timeout-ms", "1500"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  const int fd = test::connect_local(server.port());
+  ASSERT_GE(fd, 0);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(
+      test::send_all(fd, "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc"));
+  std::string rest;
+  const auto r = test::read_response(fd, 10, rest);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::close(fd);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 504) << r->body;
+  EXPECT_NE(r->body.find("--timeout-ms (1500 ms)"), std::string::npos) << r->body;
+  EXPECT_GT(took, 1.4);
+  EXPECT_LT(took, 4.0);  // the body's deadline would be 10 s
+  const auto next = server.client().Get("/v2/health/ready");
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 200);
+}
+
 // ---- malformed requests: each answered with a 4xx JSON error in our words, then the next good request is
 // ----
 

@@ -89,7 +89,8 @@ def main():
     ap.add_argument("--idle", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--deadline", type=float, default=10, help="the server's header or body deadline, s")
-    ap.add_argument("--grace", type=float, default=3, help="how long after the deadline a socket may stay open")
+    ap.add_argument("--grace", type=float, default=3,
+                    help="how long after the deadline the server may take to answer (408) or close a socket")
     ap.add_argument("--min-closed", type=float, default=0.99)
     ap.add_argument("--max-latency", type=float, default=1.0)
     args = ap.parse_args()
@@ -134,9 +135,10 @@ def main():
                      (("Content-Type", "application/json"),))):
                 try:
                     status, took = good_request(args.port, method, path, body, headers)
-                except OSError as e:
-                    status, took = 0, float("inf")
+                except OSError as e:  # refused, reset or no answer within the client's 5 s
                     failures.append(f"{path}: {e}")
+                    slow.append((round(time.monotonic() - start, 2), path, str(e)))
+                    continue
                 good.append((path, status, took))
                 if took > 0.25:
                     slow.append((round(time.monotonic() - start, 2), path, round(took, 3)))
@@ -156,8 +158,11 @@ def main():
                 data = h.sock.recv(65536)
             except OSError:
                 data = b""
+            if data:  # the server's answer (408): it has ended this request; the EOF follows
+                h.closed_at = h.closed_at or time.monotonic()
+                continue
             if not data:
-                h.closed_at = time.monotonic()
+                h.closed_at = h.closed_at or time.monotonic()
                 sel.unregister(h.sock)
                 h.sock.close()
                 live.remove(h)
@@ -185,7 +190,8 @@ def main():
     figures = {
         "mode": args.mode, "trickle": args.trickle, "idle": args.idle, "seconds": args.seconds,
         "opened_hostile_in_s": round(opened_in, 3),
-        "good_requests": len(good), "good_failures": len(failures),
+        "good_requests": len(good) + sum(1 for f in failures if "status" not in f),
+        "good_failures": len(failures),
         "good_latency_max_s": round(latencies[-1], 4) if latencies else None,
         "good_latency_p50_s": round(latencies[len(latencies) // 2], 4) if latencies else None,
         "hostile_opened": len(all_hostile),

@@ -94,6 +94,28 @@ TEST(InferenceProtocol, RefusalsNameWhatIsWrong) {
   EXPECT_NE(error(head, "184467440737095516160").find("Inference-Header-Content-Length"), std::string::npos);
 }
 
+// A client's nesting must not drive our recursion down the stack (100,000 levels: a crash before the bound),
+// and a number out of range is a 400 in our words, not the library's exception (a 500 before).
+TEST(InferenceProtocol, DeepNestingAndHugeNumbersAreRefused) {
+  const std::string deep = R"({"inputs":[{"name":"image","shape":[1],"datatype":"BYTES","data":)" +
+                           std::string(100000, '[') + "\"x\"" + std::string(100000, ']') + "}]}";
+  try {
+    parse_infer_request(deep, "", kOutputs);
+    FAIL() << "accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("nested deeper than 8"), std::string::npos) << e.what();
+  }
+  const std::string huge = R"({"id":"a","x":1e999,"inputs":[]})";
+  try {
+    parse_infer_request(huge, "", kOutputs);
+    FAIL() << "accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(std::string(e.what()).find("1e999"), std::string::npos) << e.what();  // no library text
+  }
+}
+
 TEST(InferenceProtocol, AnswerBinaryAndJson) {
   InferRequest request;
   request.id = "7";
