@@ -50,7 +50,7 @@ struct ServeArgs {
   double body_min_kbps = 64;
   double idle_timeout_s = 5;  // keep-alive connections with no new request
   int max_connections = 10000;
-  int io_threads = 2;
+  int io_threads = 1;
   std::string model_name = "ranzcr";  // the Open Inference Protocol's model name
   std::string token_file;             // "" = no authentication
 };

@@ -38,7 +38,7 @@ struct ServeOptions {
   size_t body_min_rate = size_t{64} << 10;        // bytes per second a body (and an answer) must keep up
   std::chrono::milliseconds idle_timeout{5000};   // a keep-alive connection with no new request is closed
   int max_connections = 10000;  // open at once (also bounded by the file limit); more are closed at once
-  int io_threads = 2;           // threads reading and writing sockets
+  int io_threads = 1;           // threads reading and writing sockets (one serves thousands: the work is elsewhere)
   int decode_threads = 2;       // uploads decoded at once
   std::string model_name = "ranzcr";  // the Open Inference Protocol's model name (an ensemble is one model)
   std::string server_version;         // GET /v2 says it

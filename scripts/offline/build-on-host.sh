@@ -11,6 +11,8 @@
 # toolkit (nvcc) that Torch's CMake config asks for: CUDAToolkit_ROOT, else CUDA_HOME, else the toolkit of
 # the nvcc on PATH, else /usr/local/cuda; for a torch with NCCL, NCCL's nccl.h (CMake looks in NCCL_INCLUDE_DIR,
 # NCCL_ROOT, NCCL_HOME, torch's nvidia-nccl wheel, the toolkit and the system; it says which it took).
+# Everything else comes from the bundle, `serve`'s HTTP server (Boost.Beast and Asio's headers) included: the
+# binary has every command.
 # scripts/offline/rehearse-host.sh rehearses this build on a networked machine without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -107,6 +109,10 @@ RANZCR_OFFLINE=1 RANZCR_BUNDLE="$BUNDLE" BUILD_DIR="$BUILD_DIR" Torch_DIR="$TORC
   RANZCR_CMAKE_ARGS="$CUDA_ARGS ${RANZCR_CMAKE_ARGS:-}" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS scripts/setup.sh
 nccl_dir=$(sed -n 's/^RANZCR_NCCL_INCLUDE_DIR:PATH=//p' "$BUILD_DIR/CMakeCache.txt")
 [ -n "$nccl_dir" ] && say "nccl.h from $nccl_dir"
+# serve (its HTTP server is Boost.Beast on Asio, header-only, from the bundle)
+serve=$(sed -n 's/^RANZCR_WITH_SERVE:BOOL=//p' "$BUILD_DIR/CMakeCache.txt")
+beast=$(sed -n 's/^BOOST_BEAST_INCLUDE_DIR:PATH=//p' "$BUILD_DIR/CMakeCache.txt")
+say "serve: ${serve:-?}${beast:+ (Boost.Beast from $beast)}"
 [ "${RANZCR_SKIP_TESTS:-0}" = 1 ] && exit 0
 say "ctest -j $JOBS $*"
 ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure "$@"

@@ -29,6 +29,8 @@
 #     helper's filter.
 #   CLI11, nlohmann-json (headers and CMake configs) and Gloo's headers (LibTorch has the Gloo code, not
 #     the headers), from Debian's libcli11-dev, nlohmann-json3-dev and libgloo-dev packages.
+#   Boost's headers for serve's HTTP server (Boost.Beast on Asio, header-only), from Debian's
+#     libboost1.81-dev: Beast, Asio and the Boost headers they include, not the whole tree (step 5c).
 #   MANIFEST (versions, sources, date) and share/licenses/.
 set -Eeuo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,7 +48,10 @@ JOBS=${JOBS:-$(nproc)}
 OPENCV_VERSION=4.6.0
 OPENCV_SDIST=opencv-python-headless-4.6.0.66.tar.gz
 OPENCV_SDIST_SHA256=d5291d7e10aa2c19cab6fd86f0d61af8617290ecd2d7ffcb051e446868d04cc5
-HEADER_DEBS="libcli11-dev nlohmann-json3-dev libgloo-dev libseccomp-dev"
+HEADER_DEBS="libcli11-dev nlohmann-json3-dev libgloo-dev libseccomp-dev libboost1.81-dev"
+BOOST_DEB=libboost1.81-dev
+# The Boost libraries whose headers the bundle carries, with every Boost header they include (step 5c).
+BOOST_LIBS=${RANZCR_BUNDLE_BOOST_LIBS:-beast asio}
 
 say() { echo "make-bundle: $*" >&2; }
 die() {
@@ -365,6 +370,111 @@ if ! done_step seccomp; then
   mark_done seccomp
 fi
 
+# 5c. Boost's headers for serve's HTTP server (Boost.Beast on Asio, header-only: nothing to build), from
+#     Debian's libboost1.81-dev. Not its whole tree (180 MB, 9.6 MB packed) but the libraries of BOOST_LIBS
+#     (beast asio) and what they include (about 15 MB, 1.3 MB packed):
+#     - every Boost header that the public headers of those libraries (all of them, not only those serve
+#       includes today) pull in, as the preprocessor lists them (c++ -M), with each compiler here (c++, and
+#       a clang++ when there is one), in C++17 and C++20 (the CUDA build's), with and without serve's macros
+#       (BOOST_ASIO_NO_DEPRECATED, BOOST_BEAST_USE_STD_STRING_VIEW);
+#     - whole: the folders of BOOST_LIBS and of every other library so reached that is under 1 MiB (config,
+#       predef, system, core, mp11, ...: a branch another compiler or platform takes is there too); the
+#       larger ones (mpl, preprocessor, numeric, regex, intrusive) keep only the files listed.
+#     Checked: the same headers, preprocessed against the bundle alone, take every Boost header from the
+#     bundle, and a translation unit that makes an io_context and an HTTP request parser compiles with it.
+#     A finished step is marked .stamps/boost with its recipe; another recipe (BOOST_LIBS) redoes it.
+boost_closure() { # boost_closure INCLUDE_DIR TU OUT: what TU includes (-M), one per line, in every configuration
+  local inc=$1 tu=$2 out=$3 cxx std defs
+  : >"$out"
+  for cxx in $BOOST_CXXS; do
+    for std in 17 20; do
+      for defs in "" "-DBOOST_ASIO_NO_DEPRECATED -DBOOST_BEAST_USE_STD_STRING_VIEW"; do
+        # -MG: a header missing here (OpenSSL's, for asio/ssl) is listed, not an error
+        logged boost-headers "$cxx" -std=c++$std $defs -M -MG -MF "$out.d" -isystem "$inc" "$tu"
+        tr ' \\' '\n\n' <"$out.d" | grep -v -e '^$' -e ':$' -e "^$tu\$" >>"$out" || true
+      done
+    done
+  done
+  rm -f "$out.d"
+  sort -u "$out" -o "$out"
+}
+BOOST_RECIPE="recipe 1: $BOOST_LIBS, their public headers' includes (c++ -M, C++17 and C++20, with and without BOOST_ASIO_NO_DEPRECATED BOOST_BEAST_USE_STD_STRING_VIEW), whole folders under 1 MiB"
+if ! done_step boost || [ "$(head -n 1 "$STAMPS/boost")" != "$BOOST_RECIPE" ]; then
+  say "boost: the headers of $BOOST_LIBS and the Boost headers they include, from Debian's $BOOST_DEB"
+  boost_pkg=$SRC/$BOOST_DEB-$(deb_version $BOOST_DEB)
+  boost_inc=$boost_pkg/usr/include
+  bw=$WORK/boost-headers
+  rm -rf "$bw" "$LOGS/boost-headers.log"
+  mkdir -p "$bw"
+  BOOST_CXXS=c++
+  for c in clang++ clang++-{20..14}; do
+    if command -v "$c" >/dev/null; then
+      BOOST_CXXS="$BOOST_CXXS $c"
+      break
+    fi
+  done
+  # Every public header of BOOST_LIBS (the detail/ and impl/ ones come through them; src.hpp, the separate
+  # compilation's source, refuses the header-only mode).
+  for lib in $BOOST_LIBS; do
+    [ -d "$boost_inc/boost/$lib" ] || die "$BOOST_DEB has no boost/$lib/ (RANZCR_BUNDLE_BOOST_LIBS=$BOOST_LIBS)"
+    (cd "$boost_inc" && {
+      [ ! -f "boost/$lib.hpp" ] || echo "boost/$lib.hpp"
+      find "boost/$lib" -name '*.hpp' ! -name src.hpp ! -path '*/detail/*' ! -path '*/impl/*'
+    })
+  done | sort -u | sed 's/.*/#include <&>/' >"$bw/all.cpp"
+  boost_closure "$boost_inc" "$bw/all.cpp" "$bw/deps"
+  if grep -q '^boost/' "$bw/deps"; then
+    die "Boost headers that $BOOST_DEB does not have: $(grep '^boost/' "$bw/deps" | head -n 3 | paste -sd ' ')"
+  fi
+  # (the paths the preprocessor wrote, made relative to the package's include folder)
+  grep "^$boost_inc/boost/" "$bw/deps" | xargs realpath -e --relative-to="$boost_inc" >"$bw/files"
+  for lib in $(sed -n 's|^boost/\([^/]*\)/.*|\1|p' "$bw/files" | sort -u); do
+    if [[ " $BOOST_LIBS " == *" $lib "* ]] || [ "$(du -sb "$boost_inc/boost/$lib" | cut -f1)" -lt 1048576 ]; then
+      (cd "$boost_inc" && find "boost/$lib" -type f) >>"$bw/files"
+    fi
+  done
+  sort -u "$bw/files" -o "$bw/files"
+  rm -rf "$BUNDLE/include/boost"
+  mkdir -p "$BUNDLE/include"
+  tar -C "$boost_inc" -cf - -T "$bw/files" | tar -C "$BUNDLE/include" -xf -
+  # The checks: every Boost header from the bundle, and a translation unit like serve's compiles against it.
+  boost_closure "$BUNDLE/include" "$bw/all.cpp" "$bw/deps-bundle"
+  outside=$(grep -v "^$BUNDLE/include/boost/" "$bw/deps-bundle" | grep 'boost/' | head -n 3 | paste -sd ' ' || true)
+  [ -z "$outside" ] || die "Boost headers missing from the bundle (found elsewhere or nowhere): $outside"
+  printf '%s\n' '#include <boost/asio.hpp>' '#include <boost/beast/core.hpp>' '#include <boost/beast/http.hpp>' \
+    '#include <boost/beast/version.hpp>' 'int main() {' '  boost::asio::io_context ioc;' \
+    '  boost::asio::ip::tcp::acceptor acceptor(ioc);' \
+    '  boost::beast::http::request_parser<boost::beast::http::string_body> parser;' \
+    '  parser.body_limit(1 << 20);' '  boost::beast::flat_buffer buffer;' \
+    '  return BOOST_BEAST_VERSION > 0 && !parser.is_done() && buffer.size() == 0 && !acceptor.is_open() ? 0 : 1;' \
+    '}' >"$bw/check.cpp"
+  # (-H: every header it opens, on stderr)
+  if ! c++ -std=c++17 -H -isystem "$BUNDLE/include" -c "$bw/check.cpp" -o "$bw/check.o" 2>"$bw/check.H"; then
+    grep -v '^\.' "$bw/check.H" | tail -n 25 | sed 's/^/    /' >&2
+    die "a translation unit with Beast's HTTP parser and an Asio io_context does not compile against the bundle ($bw/check.cpp)"
+  fi
+  outside=$(grep -v "$BUNDLE/include/boost/" "$bw/check.H" | grep '/boost/' | head -n 3 | paste -sd ' ' || true)
+  [ -z "$outside" ] || die "the Beast check took Boost headers from outside the bundle: $outside"
+  grep -q "$BUNDLE/include/boost/beast/http.hpp" "$bw/check.H" || die "the Beast check did not include the bundle's boost/beast/http.hpp"
+  # The licence: Debian's copyright file, and the Boost Software License's own text from it.
+  mkdir -p "$BUNDLE/share/licenses/$BOOST_DEB"
+  cp "$boost_pkg/usr/share/doc/$BOOST_DEB/copyright" "$BUNDLE/share/licenses/$BOOST_DEB/"
+  awk '/^License: BSL-1.0$/ { inside = 1; text = ""; next }
+       inside && /^ / { line = substr($0, 2); text = text (line == "." ? "" : line) "\n"; next }
+       inside { if (text ~ /Boost Software License/) { printf "%s", text; exit } inside = 0 }' \
+    "$boost_pkg/usr/share/doc/$BOOST_DEB/copyright" >"$BUNDLE/share/licenses/$BOOST_DEB/LICENSE_1_0.txt"
+  grep -q '^Boost Software License - Version 1.0' "$BUNDLE/share/licenses/$BOOST_DEB/LICENSE_1_0.txt" ||
+    die "no Boost Software License text in $BOOST_DEB's copyright file"
+  mkdir -p "$STAMPS"
+  {
+    echo "$BOOST_RECIPE"
+    echo "compilers: $(for c in $BOOST_CXXS; do "$c" --version | head -n 1; done | paste -sd ';' | sed 's/;/; /g')"
+    echo "files: $(wc -l <"$bw/files")"
+    echo "libraries: $(sed -n 's|^boost/\([^/]*\)/.*|\1|p' "$bw/files" | sort -u | paste -sd ' ')"
+  } >"$STAMPS/boost"
+  say "boost: $(wc -l <"$bw/files") files ($(du -sh "$BUNDLE/include/boost" | cut -f1)) in include/boost/"
+fi
+
 # 6. Manifest, then the tarball (remade only when the bundle changed).
 MANIFEST=$BUNDLE/MANIFEST
 if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -quit)" ]; then
@@ -392,6 +502,7 @@ if [ ! -f "$MANIFEST" ] || [ -n "$(find "$STAMPS" -newer "$MANIFEST" -print -qui
       case "$pkg" in
         libgloo-dev) what="headers only (the Gloo code is in LibTorch)" ;;
         libseccomp-dev) what="headers and Debian's static libseccomp.a" ;;
+        "$BOOST_DEB") what="headers only: $BOOST_LIBS and the Boost headers they include, $(sed -n 's/^files: //p' "$STAMPS/boost") files (libraries: $(sed -n 's/^libraries: //p' "$STAMPS/boost")); closure taken with $(sed -n 's/^compilers: //p' "$STAMPS/boost")" ;;
         *) what="headers and CMake config" ;;
       esac
       echo "$pkg $(deb_version "$pkg"): $what"

@@ -21,6 +21,11 @@
 # within 15 % of Debian's OpenCV (libopencv-dev) on this machine, at full size and reduced to 1/2, 1/4 and
 # 1/8 (scripts/offline/jpeg_decode_time.cpp, built against each; five rounds taken in turn, the fastest
 # decode of each side compared). RANZCR_REHEARSE_JPEG_SLACK (default 1.15) is the ratio allowed.
+# After each layout's build (even when a test failed): every Boost header its objects include is the bundle's
+# (ninja's deps name no /usr/include/boost/), and `ranzcr serve` works: on a checkpoint trained here in a
+# second, on a free port, it answers GET /v2/health/ready, GET /v2/models/ranzcr and POST
+# /v2/models/ranzcr/infer (a base64 JPEG in, 11 probabilities out) through python3's urllib, and ends with
+# exit status 0 on SIGTERM (log: <cache>/logs/serve-<layout>.log).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -119,7 +124,10 @@ rehearse() {
   CUDAToolkit_ROOT=$toolkit PYTHON=$VENV/bin/python BUILD_DIR=$build RANZCR_BUNDLE=$BUNDLE \
     RANZCR_BUNDLE_TARBALL=$TARBALL RANZCR_SKIP_TESTS=${RANZCR_REHEARSE_SKIP_TESTS:-0} \
     scripts/offline/build-on-host.sh >"$log" 2>&1 || status=$?
-  grep -E '^build-on-host: (CUDA toolkit|no CUDA library headers|no libnvrtc|nccl.h from)' "$log" | sed "s/^/  [$layout] /" >&2 || true
+  grep -E '^build-on-host: (CUDA toolkit|no CUDA library headers|no libnvrtc|nccl.h from|serve:)' "$log" | sed "s/^/  [$layout] /" >&2 || true
+  # (built: its tests ran, or build-on-host ended well)
+  BUILT=0
+  if [ "$status" -eq 0 ] || grep -q '^build-on-host: ctest ' "$log"; then BUILT=1; fi
   if [ "$status" -ne 0 ]; then
     tail -n 30 "$log" >&2
     note "$layout: FAILED (exit $status after $(minutes "$t0")), log $log"
@@ -237,16 +245,185 @@ jpeg_check() {
   note "JPEG: $what"
 }
 
+# 7. The Boost check: serve's Beast and Asio headers came from the bundle. This machine may have Debian's
+#    libboost1.81-dev in /usr/include, where a header missing from the bundle would be taken unseen; the
+#    offline host has none, so ninja's record of every object's headers must name no /usr/include/boost/.
+boost_check() {
+  local layout=$1 build=$2 outside
+  outside=$(ninja -C "$build" -t deps 2>/dev/null | grep -E '^ +/.*/include/boost/' | grep -v "^ *$BUNDLE/include/boost/" | sort -u || true)
+  if [ -n "$outside" ]; then
+    note "$layout: FAILED, Boost headers from outside the bundle: $(head -n 3 <<<"$outside" | sed 's/^ *//' | paste -sd ' ') ($(wc -l <<<"$outside") in all)"
+    return 1
+  fi
+  local n
+  n=$(ninja -C "$build" -t deps 2>/dev/null | grep -c "^ *$BUNDLE/include/boost/" || true)
+  if [ "$n" = 0 ]; then
+    note "$layout: FAILED, no object includes the bundle's Boost headers (was serve built? RANZCR_WITH_SERVE in $build/CMakeCache.txt)"
+    return 1
+  fi
+  say "$layout: every Boost header from the bundle ($n inclusions in ninja's deps)"
+}
+
+# 8. The serve check: the layout's `ranzcr serve`, on a checkpoint trained here in a second (40 synthetic
+#    64-px images, the quickstart recipe, one epoch), listening on a free port, answers the Open Inference
+#    Protocol over HTTP (python3's urllib: the host has python3, maybe no curl): GET /v2/health/ready 200,
+#    GET /v2/models/ranzcr names the model, POST /v2/models/ranzcr/infer with a base64 JPEG (BYTES) gives
+#    an output "probabilities" of 11 numbers; then SIGTERM ends it with exit status 0.
+serve_check() {
+  local layout=$1 build=$2 dir=$CACHE/serve-check log=$LOGS/serve-$1.log t0 ckpt jpeg
+  t0=$(clock)
+  : >"$log"
+  if [ ! -f "$dir/.checkpoint" ]; then
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    if ! { "$build/ranzcr" synth --out "$dir/data" --num-images 40 --num-test-images 0 --image-size 64 &&
+      "$build/ranzcr" train --config configs/quickstart.yaml --set data.root="$dir/data" --set synth.root="$dir/data" \
+        --set data.image_size=64 --set train.epochs=1 --set train.device=cpu --set output.dir="$dir/run"; } >>"$log" 2>&1; then
+      note "serve [$layout]: FAILED, no checkpoint to serve: ranzcr synth or train failed (log $log)"
+      return 1
+    fi
+    ckpt=$dir/run/checkpoints/best.pt
+    [ -f "$ckpt" ] || ckpt=$dir/run/checkpoints/last.pt
+    [ -f "$ckpt" ] || { note "serve [$layout]: FAILED, the training wrote no checkpoint (log $log)"; return 1; }
+    echo "$ckpt" >"$dir/.checkpoint"
+  fi
+  ckpt=$(cat "$dir/.checkpoint")
+  jpeg=$(find "$dir/data/train" -name '*.jpg' | sort | head -n 1)
+  echo "serve --checkpoint $ckpt --port 0; infer with $jpeg" >>"$log"
+  "$build/ranzcr" serve --checkpoint "$ckpt" --port 0 >"$dir/serve-$layout.out" 2>&1 &
+  local pid=$! status=0 answers
+  answers=$(python3 - "$dir/serve-$layout.out" "$jpeg" "$pid" 2>&1 <<'EOF'
+import base64, json, os, re, sys, time, urllib.error, urllib.request
+log, jpeg, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def fail(msg):
+    print("FAILED " + msg)
+    sys.exit(1)
+def alive():  # (the shell's child: once ended, a zombie until the shell waits for it)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+t0 = time.monotonic()
+url = None
+while url is None:
+    with open(log, errors="replace") as f:
+        m = re.search(r"serving on (http://[0-9.]+:[0-9]+)", f.read())
+    if m:
+        url = m.group(1)
+    elif not alive():
+        fail("ranzcr serve ended before 'serving on http://...'")
+    elif time.monotonic() - t0 > 180:
+        fail("no 'serving on http://...' in its log after 180 s")
+    else:
+        time.sleep(0.2)
+listening = time.monotonic() - t0
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # (no http_proxy for 127.0.0.1)
+def call(method, path, body=None):
+    req = urllib.request.Request(url + path, data=body, method=method)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with opener.open(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError as e:
+        fail(f"{method} {path}: {e}")
+# ready: 503 while the models load and warm up, then 200
+while True:
+    code, body = call("GET", "/v2/health/ready")
+    if code == 200:
+        break
+    if code != 503 or time.monotonic() - t0 > 180:
+        fail(f"GET /v2/health/ready: {code} {body[:200]!r}")
+    time.sleep(0.2)
+ready = time.monotonic() - t0
+code, body = call("GET", "/v2/models/ranzcr")
+try:
+    meta = json.loads(body)
+except ValueError:
+    meta = None
+if code != 200 or not isinstance(meta, dict) or meta.get("name") != "ranzcr":
+    fail(f"GET /v2/models/ranzcr: {code} {body[:300]!r}")
+image = base64.b64encode(open(jpeg, "rb").read()).decode("ascii")
+request = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [1],
+                       "parameters": {"content_type": "base64"}, "data": [image]}]}
+t1 = time.monotonic()
+code, body = call("POST", "/v2/models/ranzcr/infer", json.dumps(request).encode())
+infer_ms = (time.monotonic() - t1) * 1000
+try:
+    answer = json.loads(body)
+    outputs = {o["name"]: o for o in answer["outputs"]}
+    probs = outputs["probabilities"]["data"]
+except (ValueError, KeyError, TypeError):
+    fail(f"POST /v2/models/ranzcr/infer: {code} {body[:300]!r}")
+if code != 200 or len(probs) != 11 or not all(isinstance(p, (int, float)) and 0 <= p <= 1 for p in probs):
+    fail(f"POST /v2/models/ranzcr/infer: {code}, probabilities {probs!r}")
+print(f"ok {url}: listening after {listening:.1f} s, ready after {ready:.1f} s; GET /v2/health/ready 200; "
+      f"GET /v2/models/ranzcr 200 (name ranzcr, {len(meta.get('outputs', []))} outputs); "
+      f"POST /v2/models/ranzcr/infer 200 in {infer_ms:.0f} ms: probabilities shape "
+      f"{outputs['probabilities'].get('shape')}, {', '.join(f'{p:.3f}' for p in probs)}")
+EOF
+) || status=$?
+  echo "$answers" >>"$log"
+  # SIGTERM: serve finishes what it has and exits 0, within a minute.
+  local exit_status=none t1 waited
+  t1=$(clock)
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    for _ in $(seq 600); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      exit_status="still running 60 s after SIGTERM (killed)"
+    fi
+  fi
+  waited=$(($(clock) - t1))
+  local rc=0
+  wait "$pid" || rc=$?
+  [ "$exit_status" = none ] && exit_status="exit $rc"
+  cat "$dir/serve-$layout.out" >>"$log"
+  echo "after SIGTERM: $exit_status" >>"$log"
+  if [ "$status" -ne 0 ] || [ "${answers%% *}" != ok ]; then
+    note "serve [$layout]: ${answers:-FAILED, no answer from the check} (log $log)"
+    return 1
+  fi
+  if [ "$exit_status" != "exit 0" ]; then
+    note "serve [$layout]: FAILED, after SIGTERM: $exit_status, not exit 0 (log $log)"
+    return 1
+  fi
+  note "serve [$layout]: ${answers#ok }; SIGTERM: exit 0 in ${waited} s ($(minutes "$t0"))"
+}
+
+# After a layout's build (even when some test failed): the Boost and serve checks.
+built_checks() {
+  local layout=$1 build=$ROOT/build-rehearse-$1
+  if [ "$BUILT" != 1 ] || [ ! -x "$build/ranzcr" ]; then
+    note "serve [$layout]: FAILED, not checked: the build did not finish"
+    return 1
+  fi
+  local ok=0
+  boost_check "$layout" "$build" || ok=1
+  serve_check "$layout" "$build" || ok=1
+  return $ok
+}
+
 failed=0
+rm -rf "$CACHE/serve-check" # (its checkpoint is trained by this rehearsal's first build)
 for layout in $LAYOUTS; do
   case $layout in
     minimal)
       has_library_headers "$MINIMAL" && say "note: the toolkit $MINIMAL has cusparse.h: 'minimal' is not minimal here"
       rehearse minimal "$MINIMAL" || failed=1
+      built_checks minimal || failed=1
       ;;
     full)
       FULL=$(make_full_toolkit)
       rehearse full "$FULL" || failed=1
+      built_checks full || failed=1
       missing_nccl_error "$FULL" || failed=1
       ;;
     *) die "unknown layout '$layout' in RANZCR_REHEARSE_LAYOUTS (minimal, full)" ;;
