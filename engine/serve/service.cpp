@@ -35,8 +35,8 @@ struct InternalFault : std::logic_error {
 };
 
 // An answer other than 200 that we chose: its status, the one-line message and the metrics' error kind.
-struct HttpError : std::runtime_error {
-  HttpError(int status, std::string kind, const std::string& message)
+struct Refusal : std::runtime_error {
+  Refusal(int status, std::string kind, const std::string& message)
       : std::runtime_error(message), status(status), kind(std::move(kind)) {}
   int status;
   std::string kind;
@@ -157,13 +157,13 @@ struct Service::Impl {
     ServeClock::time_point arrival, deadline;
   };
 
-  // Runs `f`; its failures become the error answer: ours (HttpError) as they are, anything else a 500 whose
+  // Runs `f`; its failures become the error answer: ours (Refusal) as they are, anything else a 500 whose
   // cause goes to the log under a request id (the client sees the id, not the cause).
   template <typename F>
   void guarded(const std::string& endpoint, const Respond& respond, F&& f) {
     try {
       f();
-    } catch (const HttpError& e) {
+    } catch (const Refusal& e) {
       if (e.kind != "deadline") metrics.error(e.kind);  // deadlines: counted where the 504 is written
       HttpResponse r = error_response(e.status, e.what());
       if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
@@ -188,17 +188,17 @@ struct Service::Impl {
   void check_token(const HttpRequest& req) const {
     if (!options.token.empty() &&
         !constant_time_equal(req.header("Authorization"), "Bearer " + options.token))
-      throw HttpError(401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer TOKEN)");
+      throw Refusal(401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer TOKEN)");
   }
   void check_ready() const {
-    if (!ready) throw HttpError(503, "not_ready", "the models are still loading; retry shortly");
+    if (!ready) throw Refusal(503, "not_ready", "the models are still loading; retry shortly");
   }
 
   // One upload decoded and prepared for every model (on a decode thread).
   std::shared_ptr<const PreparedImage> prepare(const std::string& body, ServeClock::time_point deadline,
                                                const std::string& what = "the request") {
-    if (body.empty()) throw HttpError(400, "empty_body", what + " has no body: POST one image file");
-    if (ServeClock::now() >= deadline) throw HttpError(504, "deadline", "timed out waiting to decode");
+    if (body.empty()) throw Refusal(400, "empty_body", what + " has no body: POST one image file");
+    if (ServeClock::now() >= deadline) throw Refusal(504, "deadline", "timed out waiting to decode");
     const std::vector<unsigned char> bytes(body.begin(), body.end());
     try {
       auto image = std::make_shared<PreparedImage>(models->prepare(bytes));
@@ -208,23 +208,23 @@ struct Service::Impl {
       throw InternalFault(std::string("the DICOM helper is unavailable: ") + e.what());
     } catch (const std::runtime_error& e) {  // the readers' one-line refusals (RANZCR_CHECK)
       const std::string format = image_format(bytes);
-      throw HttpError(400, format.empty() ? "not_an_image" : "bad_" + format,
-                      (what == "the request" ? "" : what + ": ") + e.what());
+      throw Refusal(400, format.empty() ? "not_an_image" : "bad_" + format,
+                    (what == "the request" ? "" : what + ": ") + e.what());
     }  // anything else (out of memory, LibTorch's or OpenCV's own errors) is an internal fault: a 500
   }
 
   static void check_outcome(const BatchOutcome& o) {
     if (o.status == BatchOutcome::Status::kExpired)
-      throw HttpError(504, "deadline", "timed out in the queue (--timeout-ms)");
+      throw Refusal(504, "deadline", "timed out in the queue (--timeout-ms)");
     if (o.status == BatchOutcome::Status::kFailed) RANZCR_FAIL("the model failed: ", o.error);
   }
 
   // Queues `image`; `done` gets the outcome on the batching thread. 503 when the queue is full.
   void submit(std::shared_ptr<const PreparedImage> image, const Times& t, Batcher::Done done) {
     if (!batcher->submit(std::move(image), t.deadline, std::move(done)))
-      throw HttpError(503, "queue_full",
-                      "the queue is full (" + std::to_string(options.batcher.max_queue) +
-                          " requests waiting); retry shortly");
+      throw Refusal(503, "queue_full",
+                    "the queue is full (" + std::to_string(options.batcher.max_queue) +
+                        " requests waiting); retry shortly");
   }
 
   json answer_v1(const PreparedImage& image, const torch::Tensor& probs) const;
@@ -294,7 +294,7 @@ void Service::Impl::cam_v1(std::shared_ptr<HttpRequest> req, const Respond& resp
   try {
     cam_label_indices(CamOptions{"", labels}, models->label_names());
   } catch (const std::exception& e) {
-    throw HttpError(400, "bad_labels", e.what());  // an unknown label name
+    throw Refusal(400, "bad_labels", e.what());  // an unknown label name
   }
   decode.post([this, req, respond, t, labels] {
     guarded("/v1/cam", respond, [&] {
@@ -304,7 +304,7 @@ void Service::Impl::cam_v1(std::shared_ptr<HttpRequest> req, const Respond& resp
         if (ServeClock::now() >= t.deadline) return;  // its 504 has been sent
         guarded("/v1/cam", respond, [&] { respond(png_response(m->cam_png(*image, labels))); });
       });
-      if (!queued) throw HttpError(503, "queue_full", "the queue is full; retry shortly");
+      if (!queued) throw Refusal(503, "queue_full", "the queue is full; retry shortly");
     });
   });
 }
@@ -439,13 +439,13 @@ bool Service::Impl::route_v2(std::shared_ptr<HttpRequest> req, const Respond& re
   if (!m.version.empty() && m.version != "1")
     throw ProtocolError(404, "model '" + m.name + "' has no version '" + m.version + "' (it has version 1)");
   if (m.action == "infer") {
-    if (req->method != "POST") throw HttpError(405, "bad_method", "infer takes POST");
+    if (req->method != "POST") throw Refusal(405, "bad_method", "infer takes POST");
     check_token(*req);
     check_ready();
     infer_v2(std::move(req), respond, t);
     return true;
   }
-  if (!get) throw HttpError(405, "bad_method", path + " takes GET");
+  if (!get) throw Refusal(405, "bad_method", path + " takes GET");
   if (m.action == "ready")
     return respond(ready ? text_response(200, "", "text/plain")
                          : error_response(503, "the models are still loading")),
@@ -460,7 +460,7 @@ void Service::Impl::route(std::shared_ptr<HttpRequest> req, const Respond& respo
   const std::string& path = req->path;
   const bool get = req->method == "GET" || req->method == "HEAD";
   if (path == "/v1/predict" || path == "/v1/cam" || path == "/v1/input") {
-    if (req->method != "POST") throw HttpError(405, "bad_method", path + " takes POST (one image file)");
+    if (req->method != "POST") throw Refusal(405, "bad_method", path + " takes POST (one image file)");
     check_token(*req);
     check_ready();
     if (path == "/v1/predict") return predict_v1(std::move(req), respond, t);
@@ -477,7 +477,7 @@ void Service::Impl::route(std::shared_ptr<HttpRequest> req, const Respond& respo
   }
   if (get && path == "/") return respond(text_response(200, serve_page(), "text/html; charset=utf-8"));
   if (path.compare(0, 3, "/v2") == 0 && route_v2(req, respond, t)) return;
-  throw HttpError(404, "not_found", "no such endpoint: " + req->method + " " + path);
+  throw Refusal(404, "not_found", "no such endpoint: " + req->method + " " + path);
 }
 
 // ---- Service ---------------------------------------------------------------------------------------------
