@@ -34,15 +34,7 @@ class ServeSlowClientsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    test::make_dataset(*dir_ / "ds", 80, 64, 4);
-    test::write_config(*dir_ / "cfg.yaml", *dir_ / "ds",
-                       {{"train.epochs", "2"}, {"output.dir", *dir_ / "run"}});
-    const std::string bin = RANZCR_BINARY;
-    auto r = run_command(bin + " train --config " + (*dir_ / "cfg.yaml"));
-    ASSERT_EQ(r.status, 0) << r.output;
-    r = run_command(bin + " predict --checkpoint " + checkpoint() + " --images " + (*dir_ / "ds/test") +
-                    " --out " + (*dir_ / "sub.csv"));
-    ASSERT_EQ(r.status, 0) << r.output;
+    ASSERT_NO_FATAL_FAILURE(test::train_tiny_model(dir_->str(), 80, 64, 4, 2, *dir_ / "sub.csv"));
   }
   static void TearDownTestSuite() {
     delete dir_;

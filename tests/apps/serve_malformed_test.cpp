@@ -19,7 +19,6 @@ namespace ranzcr {
 namespace {
 
 using nlohmann::json;
-using test::run_command;
 
 // ---- malformed requests: each answered with a 4xx JSON error in our words, then the next good request is
 // ----
@@ -84,11 +83,7 @@ class ServeMalformedTest : public ::testing::TestWithParam<Malformed> {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    test::make_dataset(*dir_ / "ds", 20, 32, 1);
-    test::write_config(*dir_ / "cfg.yaml", *dir_ / "ds",
-                       {{"train.epochs", "1"}, {"output.dir", *dir_ / "run"}});
-    const auto r = run_command(std::string(RANZCR_BINARY) + " train --config " + (*dir_ / "cfg.yaml"));
-    ASSERT_EQ(r.status, 0) << r.output;
+    ASSERT_NO_FATAL_FAILURE(test::train_tiny_model(dir_->str(), 20, 32, 1, 1));
     server_ = new test::ServeProcess(
         *dir_ / "serve.log", {"--checkpoint", *dir_ / "run/checkpoints/best.pt", "--max-body-mb", "1"});
   }

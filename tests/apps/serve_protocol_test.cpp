@@ -35,15 +35,7 @@ class ServeProtocolTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    test::make_dataset(*dir_ / "ds", 40, 64, 4);
-    test::write_config(*dir_ / "cfg.yaml", *dir_ / "ds",
-                       {{"train.epochs", "1"}, {"output.dir", *dir_ / "run"}});
-    const std::string bin = RANZCR_BINARY;
-    auto r = run_command(bin + " train --config " + (*dir_ / "cfg.yaml"));
-    ASSERT_EQ(r.status, 0) << r.output;
-    r = run_command(bin + " predict --checkpoint " + checkpoint() + " --images " + (*dir_ / "ds/test") +
-                    " --out " + (*dir_ / "sub.csv"));
-    ASSERT_EQ(r.status, 0) << r.output;
+    ASSERT_NO_FATAL_FAILURE(test::train_tiny_model(dir_->str(), 40, 64, 4, 1, *dir_ / "sub.csv"));
   }
   static void TearDownTestSuite() {
     delete dir_;

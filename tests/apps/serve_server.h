@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "tests/http_client.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -54,6 +56,23 @@ class ServeProcess {
   int port_ = 0;
   bool exited_ = false;
 };
+
+/// A tiny_cnn trained `epochs` on `images` synthetic images of `size` px (and `test_images` test ones) in
+/// DIR/ds, its run in DIR/run (checkpoint DIR/run/checkpoints/best.pt); with `predictions`, predict's CSV for
+/// the test images there. The serve tests' fixtures call it in SetUpTestSuite (ASSERT_NO_FATAL_FAILURE).
+inline void train_tiny_model(const std::string& dir, int images, int size, int test_images, int epochs,
+                             const std::string& predictions = "") {
+  make_dataset(dir + "/ds", images, size, test_images);
+  write_config(dir + "/cfg.yaml", dir + "/ds",
+               {{"train.epochs", std::to_string(epochs)}, {"output.dir", dir + "/run"}});
+  const std::string bin = RANZCR_BINARY;
+  auto r = run_command(bin + " train --config " + dir + "/cfg.yaml");
+  ASSERT_EQ(r.status, 0) << r.output;
+  if (predictions.empty()) return;
+  r = run_command(bin + " predict --checkpoint " + dir + "/run/checkpoints/best.pt --images " + dir +
+                  "/ds/test --out " + predictions);
+  ASSERT_EQ(r.status, 0) << r.output;
+}
 
 /// The project's .venv python (it has tritonclient, selenium), else python3.
 inline std::string python() {
