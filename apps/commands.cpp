@@ -1,7 +1,8 @@
-// The subcommands: each reads its config, then runs a job (job_runner.h) whose body calls the engine.
+// The subcommands: each reads its config, then runs a job (processes.h) whose body calls the engine.
 #include "apps/commands.h"
 
 #include "apps/hub_weights.h"
+#include "core/check.h"
 
 #include "hub/http.h"
 
@@ -21,7 +22,7 @@
 #include <optional>
 #include <sstream>
 
-#include "apps/job_runner.h"
+#include "apps/processes.h"
 #include "apps/stop_signals.h"
 #include "data/synth.h"
 #include "distributed/process_group.h"
@@ -29,6 +30,7 @@
 #include "engine/infer/grad_cam.h"
 #include "engine/infer/inference.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/run_folder.h"
 #include "engine/io/trained_model.h"
 #include "engine/jobs/bench.h"
 #include "engine/jobs/cross_validation.h"
@@ -49,9 +51,8 @@ std::vector<std::string> model_paths(const EvalArgs& args) {
   std::vector<std::string> paths = args.checkpoints;
   if (!args.checkpoints_from.empty())
     for (const auto& path : checkpoints_in(args.checkpoints_from)) paths.push_back(path);
-  if (paths.empty())
-    throw std::runtime_error(
-        "no model given: pass --checkpoint FILE (repeatable) or --checkpoints-from RUN_DIR");
+  RANZCR_CHECK(!paths.empty(),
+               "no model given: pass --checkpoint FILE (repeatable) or --checkpoints-from RUN_DIR");
   return paths;
 }
 
@@ -66,7 +67,7 @@ Config eval_config(const EvalArgs& args, const std::vector<std::string>& paths) 
   if (!args.config.empty()) {
     config = load_config(args.config, sets);
   } else if (info.config_yaml.empty()) {
-    throw std::runtime_error(paths.front() + " holds no training config: pass --config");
+    RANZCR_FAIL(paths.front(), " holds no training config: pass --config");
   } else {
     config = parse_config(info.config_yaml, paths.front() + " (embedded config)", sets);
   }
@@ -116,8 +117,8 @@ int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
 int run_train(const TrainArgs& args) {
   Config config = job_config(args.config, args.sets, args.nproc_per_node);
   if (!args.resume.empty()) {
-    read_checkpoint_meta(args.resume);                 // fail early on a bad file
-    config = pin_hub_weights_to(config, args.resume);  // its run's Hub weights, not main's newest
+    read_checkpoint_meta(args.resume);                // fail early on a bad file
+    config = pin_pretrained_to(config, args.resume);  // its run's Hub weights, not main's newest
   }
   return run_job(config, args.argv,
                  [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
@@ -153,8 +154,8 @@ int run_bench(const BenchArgs& args) {
 
 int run_evaluate(const EvalArgs& args) {
   const std::vector<std::string> paths = model_paths(args);
-  if (!args.csv.empty() && args.images.empty())
-    throw std::runtime_error("--csv needs --images (the folder of the CSV's images)");
+  RANZCR_CHECK(args.csv.empty() || !args.images.empty(),
+               "--csv needs --images (the folder of the CSV's images)");
   const Config config = eval_config(args, paths);
   auto body = [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
     const EvalData data = evaluation_data(c, args.csv, args.images);
@@ -223,12 +224,11 @@ namespace {
 // The bearer token of --token-file: its first line, trimmed; an empty one is an error.
 std::string read_token(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read --token-file " + path);
+  RANZCR_CHECK(in, "cannot read --token-file ", path);
   std::string token;
   std::getline(in, token);
   const auto first = token.find_first_not_of(" \t\r"), last = token.find_last_not_of(" \t\r");
-  if (first == std::string::npos)
-    throw std::runtime_error("--token-file " + path + " is empty (one line: the token)");
+  RANZCR_CHECK(first != std::string::npos, "--token-file ", path, " is empty (one line: the token)");
   return token.substr(first, last - first + 1);
 }
 
@@ -269,7 +269,7 @@ ServeOptions serve_options(const ServeArgs& args, const Config& config,
 int run_serve(const ServeArgs& args) {
 #ifndef RANZCR_WITH_SERVE
   (void)args;
-  throw std::runtime_error(
+  RANZCR_FAIL(
       "this ranzcr was built without serve (no Boost.Beast headers at build time): apt-get install "
       "libboost1.81-dev, then rebuild (scripts/setup.sh)");
 #else
@@ -294,9 +294,8 @@ int run_serve(const ServeArgs& args) {
 
 int run_cv(const CvArgs& args) {
   const Config config = job_config(args.config, args.sets, args.nproc_per_node);
-  if (config.data.folds < 2)
-    throw std::runtime_error("cv needs data.folds >= 2 (it is " + std::to_string(config.data.folds) +
-                             "): set it in the config or with --set data.folds=5");
+  RANZCR_CHECK(config.data.folds >= 2, "cv needs data.folds >= 2 (it is ", config.data.folds,
+               "): set it in the config or with --set data.folds=5");
   auto body = [](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
     TrainOptions options;
     options.device = device;
@@ -306,8 +305,8 @@ int run_cv(const CvArgs& args) {
     if (c.train.num_threads == 0) torch::set_num_threads(hardware_threads());  // the other ranks are done
     const CvReport report = write_out_of_fold(c, device, log);
     log.info("cv: out-of-fold mean AUC " + std::to_string(report.auc.mean) + " over " +
-             std::to_string(report.num_images) + " images; wrote " + c.output.dir + "/oof.csv and " +
-             c.output.dir + "/cv.json");
+             std::to_string(report.num_images) + " images; wrote " +
+             run_folder::out_of_fold_file(c.output.dir) + " and " + run_folder::cv_report_file(c.output.dir));
     return 0;
   };
   return run_job(config, args.argv, body);

@@ -21,7 +21,7 @@ struct EvalArgs {
   std::string config;  // "" = the first model's own resolved config
   std::vector<std::string> sets;
   std::vector<std::string> checkpoints;  // --checkpoint, repeatable: several = an ensemble
-  std::string checkpoints_from;          // --checkpoints-from RUN_DIR: its best.pt, or every fold's
+  std::string checkpoints_from;          // --checkpoints-from RUN_DIR: its best checkpoint, or every fold's
   std::string csv;                       // "" = the config's validation split
   std::string images;                    // image folder for --csv / predict
   std::string out;
@@ -86,7 +86,7 @@ struct SynthArgs {
 };
 
 struct PlotArgs {
-  std::string run_dir;  // a run folder (output.dir) holding metrics.jsonl
+  std::string run_dir;  // a run folder (output.dir) holding a metrics file
 };
 
 struct ExportArgs {
@@ -100,11 +100,12 @@ int run_predict(const EvalArgs& args);
 /// `ranzcr serve`: the models behind HTTP until SIGTERM (engine/serve/http_server.h).
 int run_serve(const ServeArgs& args);
 /// `ranzcr cv`: one job whose every process trains each fold of data.folds in turn (a train run in
-/// output.dir/fold_K, skipped when finished), then writes output.dir/oof.csv and cv.json.
+/// a fold folder each, skipped when finished), then writes the out-of-fold predictions and their report
+/// (run_folder.h).
 int run_cv(const CvArgs& args);
 int run_bench(const BenchArgs& args);
 int run_synth(const SynthArgs& args);
-/// Redraws the PNG training curves of a run folder from its metrics.jsonl.
+/// Redraws the PNG training curves of a run folder from its metrics file.
 int run_plot(const PlotArgs& args);
 int run_export(const ExportArgs& args);
 int run_models();

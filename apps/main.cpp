@@ -11,6 +11,7 @@
 
 #include "apps/commands.h"
 #include "apps/hub_weights.h"
+#include "engine/io/run_folder.h"
 
 namespace {
 
@@ -73,7 +74,8 @@ void add_model_options(CLI::App* sub, ranzcr::EvalArgs& a) {
   sub->add_option("--checkpoint", a.checkpoints,
                   "Checkpoint (.pt) or exported .safetensors file; repeat it for an ensemble");
   sub->add_option("--checkpoints-from", a.checkpoints_from,
-                  "Run folder: its checkpoints/best.pt, or a cv folder's every fold_K/checkpoints/best.pt");
+                  std::string("Run folder: its ") + ranzcr::run_folder::kBest + ", or a cv folder's every " +
+                      ranzcr::run_folder::kFoldBest);
   sub->add_flag("--tta", a.tta, "Average with the horizontally flipped image");
   sub->add_option("--nproc-per-node", a.nproc_per_node, "Worker processes sharing the images: N or auto");
 }
@@ -195,13 +197,17 @@ void add_synth(CLI::App& app, Commands& c) {
 
 // plot, export, models.
 void add_tools(CLI::App& app, Commands& c) {
-  auto* pl = app.add_subcommand("plot", "Redraw a run folder's PNG training curves from its metrics.jsonl");
+  auto* pl = app.add_subcommand("plot", std::string("Redraw a run folder's PNG training curves from its ") +
+                                            ranzcr::run_folder::kMetrics);
   pl->add_option("RUN_DIR", c.plot.run_dir, "Run folder (output.dir)")->required();
   c.add(pl, [&c] { return ranzcr::run_plot(c.plot); });
 
   auto* x =
       app.add_subcommand("export", "Write a checkpoint's weights as timm-named .safetensors with metadata");
-  x->add_option("--checkpoint", c.exp.checkpoint, "Checkpoint file (best.pt, last.pt, ...)")->required();
+  x->add_option("--checkpoint", c.exp.checkpoint,
+                std::string("Checkpoint file (") + ranzcr::run_folder::kBestFile + ", " +
+                    ranzcr::run_folder::kLastFile + ", ...)")
+      ->required();
   x->add_option("--out", c.exp.out, "The .safetensors file to write")->required();
   c.add(x, [&c] { return ranzcr::run_export(c.exp); });
 

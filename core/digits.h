@@ -1,8 +1,10 @@
-// Small decimal numbers written in settings and names (cuda:N, a port, a process count, fold_K).
+// Small decimal numbers written in settings and names (cuda:N, a port, a process count, fold folders).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace ranzcr {
@@ -17,6 +19,16 @@ inline std::optional<int> parse_digits(std::string_view text, size_t max_digits)
     value = value * 10 + (c - '0');
   }
   return value;
+}
+
+/// The same for larger numbers (a size in bytes, a length): `text` as a number when it is 1 to `max_digits`
+/// decimal digits, without sign or space. Up to 18 digits always fit; more that are above INT64_MAX throw
+/// std::out_of_range, as std::stoll does.
+inline std::optional<int64_t> parse_digits64(std::string_view text, size_t max_digits) {
+  if (text.empty() || text.size() > max_digits) return std::nullopt;
+  for (const char c : text)
+    if (c < '0' || c > '9') return std::nullopt;
+  return std::stoll(std::string(text));
 }
 
 }  // namespace ranzcr

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "dicom/window.h"
+
 namespace ranzcr {
 
 struct AugmentConfig {
@@ -16,10 +18,6 @@ struct AugmentConfig {
   double contrast = 0.15;    // multiplicative contrast in [1 - c, 1 + c]
   bool clahe = false;        // contrast-limited adaptive histogram equalisation (train and eval)
 };
-
-/// How a DICOM image's stored values become [0, 1] (data.dicom.window): the file's VOI LUT or first
-/// window (min..max when it has neither), the image's min..max, or its 1st..99th percentile.
-enum class DicomWindow { kFile, kMinMax, kPercentile };
 
 /// data.dicom: how DICOM files are decoded. They are decoded in a sandboxed helper process
 /// (data/dicom_sandbox.h), which is stopped and replaced when one image takes longer or more memory.

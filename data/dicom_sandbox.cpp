@@ -19,9 +19,9 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/pixel_budget.h"
 #include "core/printable.h"
-#include "data/dicom_ipc.h"
-#include "data/pixel_budget.h"
+#include "dicom/ipc.h"
 
 extern char** environ;
 

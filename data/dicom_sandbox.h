@@ -1,7 +1,7 @@
-// DICOM files decoded in ranzcr-dicom-decoder, a helper process beside `ranzcr` (apps/dicom_decoder.cpp):
+// DICOM files decoded in ranzcr-dicom-decoder, a helper process beside `ranzcr` (dicom/decoder_main.cpp):
 // the DICOM library and its codecs never run in the trainer. A helper links no LibTorch, bounds its own
 // memory (RLIMIT_AS, set by the value the loader passes) and locks itself down with seccomp before it reads
-// a byte of a file (data/dicom_lockdown.h); the loader bounds its time per image and kills it on expiry.
+// a byte of a file (dicom/lockdown.h); the loader bounds its time per image and kills it on expiry.
 // Helpers are started lazily, one per thread decoding at once, and reused; one that dies is replaced for
 // the next image. docs/security.md says what this promises.
 #pragma once
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "data/data_config.h"
-#include "data/dicom.h"
+#include "dicom/decode.h"
 
 namespace ranzcr {
 

@@ -22,8 +22,9 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/pixel_budget.h"
 #include "core/printable.h"
-#include "data/pixel_budget.h"
+#include "core/write_all.h"
 
 namespace ranzcr {
 namespace {
@@ -296,13 +297,7 @@ struct Entry {
 
 // pwrite all of `size` bytes at `offset`, or throw naming the file.
 void write_at(int fd, const void* data, size_t size, uint64_t offset, const std::string& file) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) RANZCR_FAIL("cannot write image cache ", file, ": ", errno_text());
-    p += n, size -= static_cast<size_t>(n), offset += static_cast<uint64_t>(n);
-  }
+  if (!pwrite_all(fd, data, size, offset)) RANZCR_FAIL("cannot write image cache ", file, ": ", errno_text());
 }
 
 std::string gib(uint64_t bytes) {

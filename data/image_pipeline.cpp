@@ -1,9 +1,9 @@
 #include "data/image_pipeline.h"
 
 #include "core/check.h"
+#include "core/jpeg_header.h"
+#include "core/pixel_budget.h"
 #include "data/dicom_sandbox.h"
-#include "data/jpeg_header.h"
-#include "data/pixel_budget.h"
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "data/dicom.h"
 #include "data/synth.h"
+#include "dicom/write.h"
 
 namespace ranzcr {
 

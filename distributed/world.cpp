@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/digits.h"
 
 extern char** environ;
 
@@ -26,16 +26,10 @@ const std::string* get(const EnvMap& env, const std::string& key) {
 int get_int(const EnvMap& env, const std::string& key, int fallback, int min_value = 0) {
   const std::string* v = get(env, key);
   if (!v) return fallback;
-  size_t used = 0;
-  int value = 0;
-  try {
-    value = std::stoi(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  RANZCR_CHECK(used == v->size() && value >= min_value, "environment variable ", key, "='", *v,
+  const std::optional<int> value = parse_digits(*v, 9);  // launchers write plain digits
+  RANZCR_CHECK(value && *value >= min_value, "environment variable ", key, "='", *v,
                "': expected an integer >= ", min_value);
-  return value;
+  return *value;
 }
 
 void check(const WorldInfo& w, const std::string& source) {
@@ -168,7 +162,8 @@ std::optional<WorldInfo> worker_from_env(const EnvMap& env, bool slurm_tasks_are
     if (w.local_world_size == 0) {
       const auto* tpn = get(env, "SLURM_STEP_TASKS_PER_NODE");
       if (!tpn) tpn = get(env, "SLURM_TASKS_PER_NODE");
-      w.local_world_size = tpn && std::isdigit(static_cast<unsigned char>((*tpn)[0])) ? std::stoi(*tpn) : 1;
+      w.local_world_size =
+          tpn ? parse_digits(tpn->substr(0, tpn->find_first_not_of("0123456789")), 9).value_or(1) : 1;
     }
     w.local_world_size = std::max(w.local_world_size, w.local_rank + 1);
     w.node_rank = get_int(env, "SLURM_NODEID", 0);

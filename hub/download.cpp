@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/digits.h"
 #include "hub/http.h"
 #include "hub/hub_cache.h"
 
@@ -176,7 +177,7 @@ Metadata read_metadata(const Request& q, const HttpResponse& r) {
   const std::string size = !r.header("x-linked-size").empty() ? r.header("x-linked-size")
                            : r.status == 200                  ? r.header("content-length")
                                                               : "";
-  if (!size.empty() && std::all_of(size.begin(), size.end(), ::isdigit)) m.size = std::stoll(size);
+  if (const auto n = parse_digits64(size, std::string::npos)) m.size = *n;
   const std::string location = r.header("location");
   m.location = r.status >= 300 && r.status < 400 && !location.empty()
                    ? (location[0] == '/' ? origin_of(q.options.endpoint) + location : location)

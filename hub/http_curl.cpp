@@ -14,6 +14,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "core/check.h"
+#include "core/write_all.h"
 #include "hub/http.h"
 
 namespace ranzcr::hub {
@@ -124,14 +126,9 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
     if (!sink->open_for(status)) return 0;
   }
   if (!sink->keep) return n;
-  for (size_t done = 0; done < n;) {
-    const ssize_t w = ::write(sink->fd, data + done, n - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      sink->write_errno = w < 0 ? errno : ENOSPC;
-      return 0;  // libcurl stops with CURLE_WRITE_ERROR
-    }
-    done += static_cast<size_t>(w);
+  if (!write_all(sink->fd, data, n)) {
+    sink->write_errno = errno != 0 ? errno : ENOSPC;  // 0: a write wrote nothing
+    return 0;                                         // libcurl stops with CURLE_WRITE_ERROR
   }
   return n;
 }
@@ -200,16 +197,16 @@ HttpResponse http_get_to_file(const std::string& url, const HttpOptions& options
 
 std::string file_sha256(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  RANZCR_CHECK(in, "cannot read ", path, ": ", std::strerror(errno));
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
-    throw std::runtime_error("OpenSSL: cannot start a SHA-256");
+  RANZCR_CHECK(ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1,
+               "OpenSSL: cannot start a SHA-256");
   std::vector<char> buffer(1 << 20);
   while (in) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(in.gcount()));
   }
-  if (in.bad()) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  RANZCR_CHECK(!in.bad(), "cannot read ", path, ": ", std::strerror(errno));
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_DigestFinal_ex(ctx.get(), digest, &n);

@@ -1,5 +1,6 @@
 // hub/http.h in a build without libcurl (the offline bundle's, for hosts with no network): the Hub cache
 // is read as usual, and a file that is not there is one error line saying how to bring it.
+#include "core/check.h"
 #include "hub/http.h"
 
 namespace ranzcr::hub {
@@ -28,7 +29,7 @@ HttpResponse http_get_to_file(const std::string& url, const HttpOptions&, const 
 }
 
 std::string file_sha256(const std::string& path) {
-  throw std::runtime_error(path + ": this ranzcr was built without OpenSSL (no SHA-256)");
+  RANZCR_FAIL(path, ": this ranzcr was built without OpenSSL (no SHA-256)");
 }
 
 std::string http_client_version() {

@@ -10,6 +10,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "core/check.h"
+
 namespace fs = std::filesystem;
 
 namespace ranzcr::hub {
@@ -25,7 +27,7 @@ std::string read_first_line(const fs::path& path) {
 }
 
 [[noreturn]] void fail_io(const std::string& what, const fs::path& path, int err) {
-  throw std::runtime_error("Hugging Face cache: " + what + " " + path.string() + ": " + std::strerror(err));
+  RANZCR_FAIL("Hugging Face cache: ", what, " ", path.string(), ": ", std::strerror(err));
 }
 
 void make_dirs(const fs::path& dir) {

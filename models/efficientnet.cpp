@@ -9,6 +9,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "models/classifier_head.h"
 #include "models/registry.h"
 
 namespace ranzcr {
@@ -130,8 +131,7 @@ class EfficientNet : public Classifier {
     const int64_t features = ch(1280);  // = 4 * ch(320) for B0..B7
     conv_head_ = register_module("conv_head", conv2d(in, features, 1));
     bn2_ = register_module("bn2", nn::BatchNorm2d(features));
-    dropout_ = register_module("dropout", nn::Dropout(spec.dropout));
-    fc_ = register_module("classifier", nn::Linear(features, spec.num_classes));
+    head_ = ClassifierHead(*this, "classifier", features, spec);
     for (auto& m : modules(/*include_self=*/false)) {
       if (auto* c = m->as<nn::Conv2d>()) {
         nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut);
@@ -139,8 +139,8 @@ class EfficientNet : public Classifier {
       }
     }
     const double r = 1.0 / std::sqrt(static_cast<double>(spec.num_classes));
-    nn::init::uniform_(fc_->weight, -r, r);
-    nn::init::zeros_(fc_->bias);
+    nn::init::uniform_(head_.linear()->weight, -r, r);
+    nn::init::zeros_(head_.linear()->bias);
   }
   torch::Tensor forward(torch::Tensor x) override { return forward_with_features(x).logits; }
   ClassifierOutput forward_with_features(torch::Tensor x) override {
@@ -150,11 +150,7 @@ class EfficientNet : public Classifier {
       x = stages_[i]->forward(x);
       if (i == kStride8Stage) out.features = x;
     }
-    x = torch::silu(bn2_->forward(conv_head_->forward(x)));
-    out.last_features = x;
-    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    out.logits = fc_->forward(dropout_->forward(x));
-    return out;
+    return head_.finish(std::move(out), torch::silu(bn2_->forward(conv_head_->forward(x))));
   }
   int64_t feature_channels() const override { return feature_channels_; }
 
@@ -164,8 +160,7 @@ class EfficientNet : public Classifier {
   nn::ModuleList blocks_;               // "blocks": the stages, by index
   std::vector<nn::Sequential> stages_;  // the same stages, each a Sequential of MBConv blocks
   int64_t feature_channels_ = 0;        // of blocks.2, the stride-8 map
-  nn::Dropout dropout_{nullptr};
-  nn::Linear fc_{nullptr};
+  ClassifierHead head_;                 // "dropout", "classifier"
 };
 
 }  // namespace

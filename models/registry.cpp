@@ -3,6 +3,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/text.h"
 
 namespace ranzcr {
 namespace {
@@ -37,9 +38,7 @@ std::shared_ptr<Classifier> create_model(const std::string& name, const ModelSpe
   const auto& r = registry();
   auto it = r.find(name);
   if (it == r.end()) {
-    std::string valid;
-    for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
-    RANZCR_FAIL("unknown model name '", name, "' (valid: ", valid, ")");
+    RANZCR_FAIL("unknown model name '", name, "' (valid: ", join(model_names(), ", "), ")");
   }
   return it->second(spec);
 }

@@ -8,6 +8,8 @@
 
 #include <stdexcept>
 
+#include "core/digits.h"
+#include "models/classifier_head.h"
 #include "models/registry.h"
 
 namespace ranzcr {
@@ -92,8 +94,7 @@ class ResNet : public Classifier {
       if (i == 1) feature_channels_ = in;
       stages_.push_back(register_module("layer" + std::to_string(i + 1), stage));
     }
-    dropout_ = register_module("dropout", nn::Dropout(spec.dropout));
-    fc_ = register_module("fc", nn::Linear(in, spec.num_classes));
+    head_ = ClassifierHead(*this, "fc", in, spec);
     for (auto& m : modules(/*include_self=*/false)) {
       if (auto* c = m->as<nn::Conv2d>())
         nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
@@ -108,10 +109,7 @@ class ResNet : public Classifier {
       x = stages_[i]->forward(x);
       if (i == 1) out.features = x;  // layer2: stride 8
     }
-    out.last_features = x;
-    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    out.logits = fc_->forward(dropout_->forward(x));
-    return out;
+    return head_.finish(std::move(out), x);
   }
   int64_t feature_channels() const override { return feature_channels_; }
 
@@ -121,15 +119,17 @@ class ResNet : public Classifier {
   nn::BatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
   int64_t feature_channels_ = 0;  // of layer2, the stride-8 map
-  nn::Dropout dropout_{nullptr};
-  nn::Linear fc_{nullptr};
+  ClassifierHead head_;           // "dropout", "fc"
 };
 
 }  // namespace
 
 std::shared_ptr<Classifier> make_resnet(const std::string& name, const ModelSpec& spec) {
   const bool d = name.back() == 'd';
-  const int depth = std::stoi(name.substr(6, name.size() - 6 - (d ? 1 : 0)));
+  const std::optional<int> digits =
+      parse_digits(std::string_view(name).substr(6, name.size() - 6 - (d ? 1 : 0)), 3);
+  if (!digits) throw std::invalid_argument("no model " + name);  // the registry passes only resnetN[d]
+  const int depth = *digits;
   std::vector<int64_t> layers;
   switch (depth) {
     case 18:

@@ -1,6 +1,7 @@
 // A small CNN for tests and CPU quickstarts: five stride-2 stages of conv-BN-ReLU pairs, global pooling.
 #include <torch/torch.h>
 
+#include "models/classifier_head.h"
 #include "models/registry.h"
 
 namespace ranzcr {
@@ -23,8 +24,7 @@ class TinyCnn : public Classifier {
       }
     }
     register_module("features", features_);
-    dropout_ = register_module("dropout", torch::nn::Dropout(spec.dropout));
-    fc_ = register_module("fc", torch::nn::Linear(in, spec.num_classes));
+    head_ = ClassifierHead(*this, "fc", in, spec);
   }
   torch::Tensor forward(torch::Tensor x) override { return forward_with_features(x).logits; }
   ClassifierOutput forward_with_features(torch::Tensor x) override {
@@ -34,17 +34,13 @@ class TinyCnn : public Classifier {
       x = m.forward(x);
       if (++i == kStride8Modules) out.features = x;
     }
-    out.last_features = x;
-    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    out.logits = fc_->forward(dropout_->forward(x));
-    return out;
+    return head_.finish(std::move(out), x);
   }
   int64_t feature_channels() const override { return 64; }
 
  private:
   torch::nn::Sequential features_;
-  torch::nn::Dropout dropout_{nullptr};
-  torch::nn::Linear fc_{nullptr};
+  ClassifierHead head_;  // "dropout", "fc"
 };
 
 }  // namespace

@@ -162,7 +162,7 @@ if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import hugg
 fi
 
 # pydicom with its decoder plug-ins and scikit-learn, for the tests that check our DICOM decoding against
-# pydicom's (tests/data/dicom_test.cpp) and our ROC figures against scikit-learn's
+# pydicom's (tests/dicom/decode_test.cpp) and our ROC figures against scikit-learn's
 # (tests/engine/report/roc_test.cpp); each skipped without. They pull numpy/scipy wheels, not a torch.
 if [ -x "$ROOT/.venv/bin/python" ] &&
   ! "$ROOT/.venv/bin/python" -c 'import pydicom, pylibjpeg, openjpeg, libjpeg, rle, sklearn' >/dev/null 2>&1; then

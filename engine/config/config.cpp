@@ -118,7 +118,7 @@ std::vector<std::string> split_dots(const std::string& key) {
 }
 
 // A string value with a control character (a carriage return, a tab, ...) is refused: no path or name holds
-// one, and the run folder's config.yaml could not write it so that it reads back the same.
+// one, and the run folder's config file could not write it so that it reads back the same.
 void check_printable(const std::string& key, const std::string& value, const std::string& where) {
   const auto bad = std::find_if(value.begin(), value.end(),
                                 [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });

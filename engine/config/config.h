@@ -128,7 +128,8 @@ struct ModelConfig {
   int in_channels = 1;            // 1 = grayscale input
   double dropout = 0.0;           // dropout before the classifier
   std::string pretrained;         // start from: a weights file, timm, hf-hub:ORG/REPO[@REV] ("" = scratch)
-  std::string pretrained_file;    // not a key: the cached file a Hub name resolved to (apps/hub_weights.h)
+  std::string
+      pretrained_file;  // not a key: the cached file a Hub name resolved to (engine/io/pretrained_source.h)
   std::vector<double> input_mean{
       0.0};  // per channel (or one for all): input = (pixel in [0, 1] - mean) / std
   std::vector<double> input_std{
@@ -160,7 +161,7 @@ struct TrainConfig {
   PrecisionSetting precision =
       PrecisionSetting::kAuto;  // auto | fp32 | bf16 | fp16 (auto: bf16 on GPUs with it, else fp32)
   OnOffAuto channels_last = OnOffAuto::kAuto;   // auto | true | false: NHWC conv layout (auto: on for CUDA)
-  ResumeSetting resume = ResumeSetting::kAuto;  // auto: continue output.dir's checkpoints/last.pt | never
+  ResumeSetting resume = ResumeSetting::kAuto;  // auto: continue output.dir's last checkpoint | never
   double ema_decay = 0.0;                       // EMA of the weights (timm ModelEmaV3 with warm-up); 0 = off
   DeviceSetting device;                         // auto | cpu | cuda | cuda:N
 };
@@ -177,8 +178,8 @@ struct DistributedConfig {
 
 struct OutputConfig {
   std::string dir = "runs/default";  // run folder
-  int keep_every = 0;                // also keep checkpoints/epoch_NNN.pt every N epochs (0 = off)
-  int keep_best_k = 0;               // also keep the k best epochs as checkpoints/top_epoch_NNN.pt (0 = off)
+  int keep_every = 0;   // also keep a numbered checkpoint (run_folder.h) every N epochs (0 = off)
+  int keep_best_k = 0;  // also keep the k best epochs as numbered checkpoints (run_folder.h) (0 = off)
 };
 
 struct Config {

@@ -8,7 +8,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "core/digits.h"
+#include "core/text.h"
 #include "engine/io/run_folder.h"
 #include "engine/runtime/precision.h"
 
@@ -16,19 +16,6 @@ namespace fs = std::filesystem;
 
 namespace ranzcr {
 namespace {
-
-// K of a "fold_K" folder name, or -1.
-int fold_number(const std::string& name) {
-  const std::string prefix = "fold_";
-  if (name.rfind(prefix, 0) != 0) return -1;
-  return parse_digits(std::string_view(name).substr(prefix.size()), 6).value_or(-1);
-}
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
 
 // The first image one model read and the other did not.
 std::string first_difference(const DatasetIndex& index, const torch::Tensor& a, const torch::Tensor& b) {
@@ -46,7 +33,7 @@ std::vector<std::string> checkpoints_in(const std::string& run_dir) {
   RANZCR_CHECK(fs::is_directory(run_dir), "run folder not found: ", run_dir);
   std::map<int, std::string> folds;
   for (const auto& e : fs::directory_iterator(run_dir)) {
-    const int k = e.is_directory() ? fold_number(e.path().filename().string()) : -1;
+    const int k = e.is_directory() ? run_folder::fold_number(e.path().filename().string()).value_or(-1) : -1;
     if (k >= 0) folds[k] = run_folder::best_checkpoint(e.path().string());
   }
   std::vector<std::string> out;
@@ -57,7 +44,8 @@ std::vector<std::string> checkpoints_in(const std::string& run_dir) {
   }
   if (!out.empty()) return out;
   const std::string best = run_folder::best_checkpoint(run_dir);
-  if (!fs::exists(best)) RANZCR_FAIL(run_dir, " holds no checkpoints/best.pt nor fold_K/checkpoints/best.pt");
+  if (!fs::exists(best))
+    RANZCR_FAIL(run_dir, " holds no ", run_folder::kBest, " nor ", run_folder::kFoldBest);
   return {best};
 }
 
@@ -71,8 +59,9 @@ EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberO
   for (const auto& path : paths) {
     TrainedModel trained = load_trained_model(path, device);
     if (!out.models.empty() && trained.info.label_names != out.models.front().label_names)
-      RANZCR_FAIL(path, " predicts other labels than ", paths.front(), " (", join(trained.info.label_names),
-                  " vs ", join(out.models.front().label_names), ")");
+      RANZCR_FAIL(path, " predicts other labels than ", paths.front(), " (",
+                  join(trained.info.label_names, ", "), " vs ", join(out.models.front().label_names, ", "),
+                  ")");
     const InferenceOptions options = options_for(trained.info);
     set_memory_format(*trained.model, options.channels_last);
     InferenceResult r = run_inference(*trained.model, index, rows, options, collectives);

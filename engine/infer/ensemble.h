@@ -16,9 +16,9 @@
 
 namespace ranzcr {
 
-/// The best.pt files a run folder holds: every `run_dir`/fold_K/checkpoints/best.pt of a `cv` folder,
-/// sorted by K, else `run_dir`/checkpoints/best.pt. Throws std::runtime_error (one line) when there is
-/// none, or when a fold folder lacks its best.pt.
+/// The best checkpoints a run folder holds: every fold's of a `cv` folder, sorted by K, else the run's own
+/// (run_folder.h names them). Throws std::runtime_error (one line) when there is none, or when a fold
+/// folder lacks its best checkpoint.
 std::vector<std::string> checkpoints_in(const std::string& run_dir);
 
 struct EnsembleResult {

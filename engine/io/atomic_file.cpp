@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/write_all.h"
 
 namespace fs = std::filesystem;
 
@@ -19,17 +20,11 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   RANZCR_CHECK(fd >= 0, "cannot write ", tmp, ": ", std::strerror(errno));
-  size_t off = 0;
-  while (off < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string err = n == 0 ? "no byte written" : std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      RANZCR_FAIL("cannot write ", tmp, ": ", err);
-    }
-    off += static_cast<size_t>(n);
+  if (!write_all(fd, bytes.data(), bytes.size())) {
+    const std::string err = errno == 0 ? "no byte written" : std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    RANZCR_FAIL("cannot write ", tmp, ": ", err);
   }
   // errno is read before the clean-up calls can change it; the descriptor is closed even when fsync fails.
   const int sync_error = ::fsync(fd) != 0 ? errno : 0;

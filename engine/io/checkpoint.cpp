@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "engine/io/torch_pickle.h"
 #include "engine/io/zip_check.h"
 
@@ -52,12 +53,6 @@ void visit_meta_fields(Meta& m, F&& f) {
   f("rng_device", m.rng_device, O);
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += s + "\n";
-  return out;
-}
-
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -78,7 +73,7 @@ c10::IValue encode(const std::string& v) {
   return c10::IValue(v);
 }
 c10::IValue encode(const std::vector<std::string>& v) {
-  return c10::IValue(join(v));
+  return c10::IValue(v.empty() ? std::string() : join(v, "\n") + "\n");  // each line ends in a newline
 }
 
 // Sets `field` from `v` when `v` holds the field's archive type and returns true; otherwise returns false
@@ -272,12 +267,6 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
 }
 
 }  // namespace
-
-std::string epoch_checkpoint_path(const std::string& dir, const std::string& prefix, int64_t epoch) {
-  std::ostringstream name;
-  name << dir << "/" << prefix << std::setw(3) << std::setfill('0') << epoch << ".pt";
-  return name.str();
-}
 
 std::string serialize_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
                                  torch::optim::Optimizer* optimizer, const CheckpointParts& parts,

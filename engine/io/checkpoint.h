@@ -115,7 +115,4 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 CheckpointMeta load_checkpoint(const std::string& path, torch::nn::Module& model,
                                torch::optim::Optimizer* optimizer, const torch::Device& device = torch::kCPU);
 
-/// `dir`/<prefix><epoch, 3 digits at least>.pt: checkpoints/epoch_007.pt, checkpoints/top_epoch_012.pt.
-std::string epoch_checkpoint_path(const std::string& dir, const std::string& prefix, int64_t epoch);
-
 }  // namespace ranzcr

@@ -1,7 +1,5 @@
 #include "engine/io/pretrained.h"
 
-#include "hub/pretrained_weights.h"
-
 #include <torch/torch.h>
 
 #include <cmath>
@@ -11,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "engine/io/pretrained_source.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/weight_file.h"
 #include "engine/runtime/precision.h"
@@ -177,13 +176,6 @@ std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes
   model->to(device);
   set_memory_format(*model, channels_last);
   return model;
-}
-
-std::string pretrained_file(const ModelConfig& model) {
-  RANZCR_CHECK(!hub::names_hub_weights(model.pretrained) || !model.pretrained_file.empty(),
-               "model.pretrained ", model.pretrained,
-               " names Hub weights, which are fetched before the job starts (apps/hub_weights.h)");
-  return model.pretrained_file.empty() ? model.pretrained : model.pretrained_file;
 }
 
 std::string pretrained_normalisation_warning(const ModelConfig& model) {

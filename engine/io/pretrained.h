@@ -1,5 +1,5 @@
 // model.pretrained: timm- or torchvision-named weights (.safetensors or torch.save'd .pth/.bin) loaded into a
-// zoo model by name.
+// zoo model by name, from the file pretrained_source.h resolved the setting to.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -39,10 +39,6 @@ PretrainedReport load_pretrained(torch::nn::Module& model, const std::string& pa
 /// weights of model.pretrained when set (see load_pretrained); `pretrained_log` gets what was loaded.
 std::shared_ptr<Classifier> make_model(const Config& config, int64_t num_classes, const torch::Device& device,
                                        bool channels_last, std::string* pretrained_log = nullptr);
-
-/// The local file of model.pretrained: the file it names, or the Hub cache file apps/ resolved a Hub name
-/// (timm, hf-hub:...) to. Throws when a Hub name was not resolved.
-std::string pretrained_file(const ModelConfig& model);
 
 /// "" or a warning: model.pretrained is an exported file whose run normalised its input otherwise than
 /// model.input_mean/input_std.

@@ -8,7 +8,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -16,6 +15,7 @@
 #include <stdexcept>
 
 #include "core/check.h"
+#include "core/digits.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/torch_pickle.h"
 #include "engine/io/zip_check.h"
@@ -202,9 +202,7 @@ NamedTensors timm_names_from_torchvision(NamedTensors tensors) {
   auto split = [](const std::string& key,
                   size_t from) {  // (the number at `from` or -1, where the next part starts)
     const size_t dot = std::min(key.find('.', from), key.size());
-    int n = dot > from && dot - from < 6 ? 0 : -1;
-    for (size_t c = from; n >= 0 && c < dot; ++c)
-      n = std::isdigit(static_cast<unsigned char>(key[c])) ? n * 10 + (key[c] - '0') : -1;
+    const int n = parse_digits(std::string_view(key).substr(from, dot - from), 5).value_or(-1);
     return std::make_pair(n, std::min(dot + 1, key.size()));
   };
   int last_stage = 0;

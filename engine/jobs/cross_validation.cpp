@@ -29,7 +29,7 @@ nlohmann::json auc_or_null(double v) {
   return std::isnan(v) ? nlohmann::json() : nlohmann::json(v);
 }
 
-// One fold's validation rows predicted by its best.pt: probabilities go into `probs` and `fold_of`.
+// One fold's validation rows predicted by its best checkpoint: probabilities go into `probs` and `fold_of`.
 FoldReport predict_fold(const Config& config, int k, const DatasetIndex& index, const torch::Device& device,
                         torch::Tensor& probs, std::vector<int>& fold_of) {
   const Config fc = fold_config(config, k);
@@ -101,13 +101,9 @@ nlohmann::json cv_json(const CvReport& report, const std::vector<std::string>& l
 
 }  // namespace
 
-std::string fold_dir(const std::string& out_dir, int fold) {
-  return (fs::path(out_dir) / ("fold_" + std::to_string(fold))).string();
-}
-
 Config fold_config(Config config, int fold) {
   config.data.fold = fold;
-  config.output.dir = fold_dir(config.output.dir, fold);
+  config.output.dir = run_folder::fold_dir(config.output.dir, fold);
   return config;
 }
 
@@ -132,7 +128,7 @@ CvReport write_out_of_fold(const Config& config, const torch::Device& device, Ru
     report.folds.push_back(predict_fold(config, k, index, device, probs, fold_of));
     const FoldReport& f = report.folds.back();
     log.info("cv: fold " + std::to_string(k) + " out-of-fold: " + std::to_string(f.num_images) +
-             " images, mean AUC " + std::to_string(f.oof_auc) + " (best.pt, epoch " +
+             " images, mean AUC " + std::to_string(f.oof_auc) + " (" + run_folder::kBestFile + ", epoch " +
              std::to_string(f.epoch) + ")");
   }
   std::vector<int64_t> done;
@@ -143,9 +139,9 @@ CvReport write_out_of_fold(const Config& config, const torch::Device& device, Ru
       torch::from_blob(const_cast<float*>(index.labels.data()), {n, c}).to(torch::kDouble);
   report.auc = multilabel_auc(probs.index_select(0, rows), labels.index_select(0, rows), index.label_names);
   report.num_images = static_cast<int64_t>(done.size());
-  const fs::path out(config.output.dir);
-  write_file_atomic((out / "oof.csv").string(), oof_csv(config, index, probs, fold_of));
-  write_file_atomic((out / "cv.json").string(), cv_json(report, index.label_names).dump(2) + "\n");
+  write_file_atomic(run_folder::out_of_fold_file(config.output.dir), oof_csv(config, index, probs, fold_of));
+  write_file_atomic(run_folder::cv_report_file(config.output.dir),
+                    cv_json(report, index.label_names).dump(2) + "\n");
   return report;
 }
 
@@ -176,7 +172,7 @@ int train_folds(const Config& config, Collectives& collectives, RunLog& log, con
     if (!summary.already_finished)
       log.info("done: best val_auc_mean " + std::to_string(summary.best_auc) + "; run folder " +
                fold.output.dir);
-    log.close_file();  // the fold's log.txt holds the fold alone
+    log.close_file();  // the fold's log file holds the fold alone
   }
   return stop_requested(collectives, options.stop_signal);
 }

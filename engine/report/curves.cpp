@@ -5,6 +5,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "engine/io/run_folder.h"
 #include "engine/report/draw.h"
 
 namespace fs = std::filesystem;
@@ -43,7 +45,7 @@ struct Chart {
   double y_max = INFINITY;  // the axis ends here at the most (AUC: 1)
 };
 
-/// The epochs of metrics.jsonl, a column per value; labels in the order of the first record.
+/// The epochs of the metrics file, a column per value; labels in the order of the first record.
 struct History {
   std::vector<double> epoch, train_loss, val_loss, auc_mean;
   std::vector<std::string> labels;
@@ -201,22 +203,14 @@ class CurvesWriter : public MetricsWriter {
 
 }  // namespace
 
-const std::vector<std::string>& curves_file_names() {
-  static const std::vector<std::string> names{"curves_loss.png", "curves_auc.png",
-                                              "curves_auc_per_label.png"};
-  return names;
-}
-
 std::vector<std::string> write_curves(const std::string& run_dir) {
-  const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
-  RANZCR_CHECK(fs::is_regular_file(metrics), "no metrics.jsonl in ", run_dir,
+  const std::string metrics = run_folder::metrics_file(run_dir);
+  RANZCR_CHECK(fs::is_regular_file(metrics), "no ", run_folder::kMetrics, " in ", run_dir,
                " (not a run folder, or no epoch has finished there yet)");
   const std::vector<Chart> all = charts(read_history(metrics));
-  std::vector<std::string> paths;
-  for (size_t i = 0; i < all.size(); ++i) {
-    paths.push_back((fs::path(run_dir) / curves_file_names()[i]).string());
-    write_png(paths.back(), render(all[i]));
-  }
+  const std::vector<std::string> paths = run_folder::curves_files(run_dir);
+  assert(paths.size() == all.size());
+  for (size_t i = 0; i < all.size(); ++i) write_png(paths[i], render(all[i]));
   return paths;
 }
 

@@ -18,7 +18,7 @@
 #include "data/split.h"
 #include "engine/io/atomic_file.h"
 #include "engine/report/metrics.h"
-#include "engine/report/roc_report.h"
+#include "engine/report/threshold_report.h"
 
 namespace ranzcr {
 

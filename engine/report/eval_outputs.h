@@ -1,6 +1,7 @@
 // What evaluate and predict write: the data they run on, the per-label table and JSON of evaluate (with
-// roc_report.h's files beside it), the thresholds and submission CSV of predict. Plain values in, so that
-// report/ stays below infer/: the caller passes what an ensemble's result (engine/infer/ensemble.h) holds.
+// threshold_report.h's files beside it), the thresholds and submission CSV of predict. Plain values in, so
+// that report/ stays below infer/: the caller passes what an ensemble's result (engine/infer/ensemble.h)
+// holds.
 #pragma once
 
 #include <torch/types.h>
@@ -57,7 +58,7 @@ struct EvalReportOptions {
 
 /// Rank 0's part of evaluate: AUC and loss (one model: of its logits, as validation; an ensemble: of the
 /// averaged probabilities), the table on stdout, the JSON of `options.out` and beside it roc.png, pr.png
-/// and operating_points.csv (roc_report.h).
+/// and operating_points.csv (threshold_report.h).
 void report_evaluation(const std::vector<std::string>& paths, const EvalData& data, const EvalPredictions& p,
                        const EvalReportOptions& options, RunLog& log);
 

@@ -1,5 +1,5 @@
 // Where training metrics go: every writer gets the same records (a progress record every
-// train.log_every_seconds, an epoch record after validation). The console and metrics.jsonl are
+// train.log_every_seconds, an epoch record after validation). The console and the metrics file are
 // writers; further sinks (TensorBoard, plots) are new writers, not new branches in the training loop.
 #pragma once
 
@@ -34,17 +34,17 @@ struct EpochRecord {
   int64_t train_images = 0, val_images = 0, skipped_images = 0;
   bool improved = false;  // a new best of the metric checkpoints are chosen on (see selects_best)
   /// Further weights validated this epoch (the EMA's: "ema"), written as <name>_val_loss,
-  /// <name>_val_auc_mean and <name>_val_auc (metrics.jsonl) and val/<name>_loss, val/<name>_auc_mean
+  /// <name>_val_auc_mean and <name>_val_auc (the metrics file) and val/<name>_loss, val/<name>_auc_mean
   /// (TensorBoard).
   struct Validation {
     std::string name;
     double loss = 0.0;
     AucReport auc;
-    bool selects_best = false;  // best.pt, early stopping and top-k go by this one's mean AUC
+    bool selects_best = false;  // the best checkpoint, early stopping and top-k go by this one's mean AUC
   };
   std::vector<Validation> validations;
   /// Further per-epoch training figures of the features in use (the auxiliary head's "train_aux_loss"):
-  /// written under their name to metrics.jsonl and the console, and to TensorBoard with the first '_'
+  /// written under their name to the metrics file and the console, and to TensorBoard with the first '_'
   /// as '/' (train/aux_loss).
   struct Scalar {
     std::string name;
@@ -62,9 +62,9 @@ class MetricsWriter {
   virtual void epoch(const EpochRecord&) {}
 };
 
-/// Progress and epoch lines through the run log (stdout + log.txt).
+/// Progress and epoch lines through the run log (stdout + the run's log file).
 std::unique_ptr<MetricsWriter> make_console_writer(RunLog& log);
-/// One JSON object per epoch appended to `path` (metrics.jsonl).
+/// One JSON object per epoch appended to `path` (the metrics file).
 std::unique_ptr<MetricsWriter> make_jsonl_writer(const std::string& path);
 
 /// Fans records out to every writer added.

@@ -24,7 +24,7 @@ class RunLog {
   RunLog(bool enabled, std::ostream& out, std::ostream& err, bool terminal)
       : enabled_(enabled), out_(out), err_(err), terminal_(terminal) {}
   /// Also append to `path` from now on, instead of the file opened before (one run after another, as
-  /// the folds of `cv`, each get their own log.txt).
+  /// the folds of `cv`, each get their own log file).
   void open_file(const std::string& path) {
     if (!enabled_) return;
     std::lock_guard<std::mutex> lock(mutex_);

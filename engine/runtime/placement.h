@@ -1,7 +1,7 @@
 // Where a process runs: the one owner of device choice and placement. train.device (typed when the
 // config was read) becomes this rank's device, distributed.backend its backend, ranks that would share a
 // GPU are refused with one line, and the process is settled on its device (the current CUDA device,
-// process-wide kernel settings) once, by the job runner (apps/job_runner.cpp), before any job body runs.
+// process-wide kernel settings) once, by run_job (apps/processes.cpp), before any job body runs.
 #pragma once
 
 #include <torch/types.h>

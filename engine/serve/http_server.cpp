@@ -490,13 +490,13 @@ int Server::bind() {
   tcp::resolver resolver(ioc_);
   const auto found = resolver.resolve(options.host, std::to_string(options.port),
                                       tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || found.empty()) throw std::runtime_error(error);
+  RANZCR_CHECK(!ec && !found.empty(), error);
   const tcp::endpoint endpoint = found.begin()->endpoint();
   acceptor_.open(endpoint.protocol(), ec);
   if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);  // not SO_REUSEPORT
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) throw std::runtime_error(error);
+  RANZCR_CHECK(!ec, error);
   return acceptor_.local_endpoint().port();
 }
 

@@ -6,6 +6,9 @@
 #include <array>
 #include <cstring>
 #include <limits>
+#include <optional>
+
+#include "core/digits.h"
 
 namespace ranzcr {
 namespace {
@@ -155,14 +158,12 @@ void split_body(const std::string& body, const std::string& header_length, std::
     head = body;
     return;
   }
-  const bool digits = header_length.size() <= 18 && std::all_of(header_length.begin(), header_length.end(),
-                                                                [](char c) { return c >= '0' && c <= '9'; });
-  const uint64_t n = digits ? std::stoull(header_length) : 0;
-  if (!digits || n > body.size() || n == 0)
+  const std::optional<int64_t> n = parse_digits64(header_length, 18);
+  if (!n || static_cast<uint64_t>(*n) > body.size() || *n == 0)
     refuse("Inference-Header-Content-Length must be the JSON header's length, within the body (" +
            std::to_string(body.size()) + " bytes)");
-  head = body.substr(0, static_cast<size_t>(n));
-  binary = body.substr(static_cast<size_t>(n));
+  head = body.substr(0, static_cast<size_t>(*n));
+  binary = body.substr(static_cast<size_t>(*n));
 }
 
 // Little-endian bytes of the tensor's values (the binary-data extension).

@@ -8,7 +8,7 @@
 #include "data/annotations.h"
 #include "engine/runtime/precision.h"
 #include "engine/train/aux_seg.h"
-#include "engine/train/features.h"
+#include "engine/train/feature_list.h"
 
 namespace ranzcr {
 namespace {

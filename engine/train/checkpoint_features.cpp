@@ -1,6 +1,7 @@
-// Checkpoints kept beside last.pt and best.pt: every N epochs (output.keep_every) and the k best
+// Checkpoints kept beside the last and the best: every N epochs (output.keep_every) and the k best
 // (output.keep_best_k, top_checkpoints.h).
-#include "engine/train/features.h"
+#include "engine/io/run_folder.h"
+#include "engine/train/feature_list.h"
 #include "engine/train/top_checkpoints.h"
 
 namespace ranzcr {
@@ -11,7 +12,7 @@ class KeepEvery : public TrainingFeature {
   explicit KeepEvery(int every) : every_(every) {}
   void setup(TrainingSetup& s) override { dir_ = s.checkpoint_dir; }
   void on_epoch_end(EpochEnd& end) override {
-    if (end.epoch % every_ == 0) end.paths.push_back(epoch_checkpoint_path(dir_, "epoch_", end.epoch));
+    if (end.epoch % every_ == 0) end.paths.push_back(run_folder::epoch_checkpoint(dir_, end.epoch));
   }
 
  private:

@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "core/check.h"
-#include "engine/train/features.h"
+#include "engine/train/feature_list.h"
 
 namespace ranzcr {
 namespace {

@@ -3,7 +3,7 @@
 #include "engine/runtime/precision.h"
 #include "engine/runtime/random_state.h"
 #include "engine/train/ema.h"
-#include "engine/train/features.h"
+#include "engine/train/feature_list.h"
 
 namespace ranzcr {
 namespace {
@@ -43,7 +43,7 @@ class EmaFeature : public TrainingFeature {
   void on_validate(const ValidateModel& validate, EpochRecord& record) override {
     EpochRecord::Validation v = validate(*model_);
     v.name = "ema";
-    v.selects_best = true;  // best.pt, top-k and early stopping go by the averaged weights
+    v.selects_best = true;  // the best checkpoint, top-k and early stopping go by the averaged weights
     record.validations.push_back(std::move(v));
   }
   void save(CheckpointParts& parts) override { parts.emplace_back("ema", model_.get()); }

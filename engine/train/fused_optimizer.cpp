@@ -82,67 +82,86 @@ torch::Tensor in_layout_of(const torch::Tensor& t, const torch::Tensor& like) {
   return out;
 }
 
-// ---- AdamW ------------------------------------------------------------------------------------------------
+// ---- What both share
+// ---------------------------------------------------------------------------------------
 
-FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options, bool fused)
-    : torch::optim::AdamW(std::move(params), std::move(options)), fused_(fused) {}
+template <class Base, class Options>
+FusedOptimizer<Base, Options>::FusedOptimizer(std::vector<torch::Tensor> params, Options options, bool fused)
+    : Base(std::move(params), std::move(options)), fused_(fused) {}
 
-torch::Tensor FusedAdamW::step(LossClosure closure) {
+template <class Base, class Options>
+torch::Tensor FusedOptimizer<Base, Options>::step(LossClosure closure) {
   torch::Tensor loss = evaluate(closure);
   step_unless(torch::Tensor());
   return loss;
 }
 
-void FusedAdamW::step_unless(const torch::Tensor& found_inf) {
+template <class Base, class Options>
+void FusedOptimizer<Base, Options>::step_unless(const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   last_fused_ = fused_ && fused_step(found_inf);
   if (last_fused_) return;
   if (skip_per_parameter_step(found_inf)) return;
-  sync_steps();
-  steps_.clear();
-  torch::optim::AdamW::step();
+  before_per_parameter_step();
+  Base::step();
 }
 
-bool FusedAdamW::fused_step(const torch::Tensor& found_inf) {
-  for (const auto& group : param_groups_)
-    if (static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad()) return false;
-  if (!kernel_applies(param_groups_)) return false;
-  for (auto& group : param_groups_) {
-    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
-    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
-    for (auto& p : with_grads(group)) {
-      void* key = p.unsafeGetTensorImpl();
-      auto& slot = state_[key];
-      if (!slot) {  // as LibTorch's AdamW creates it
-        auto s = std::make_unique<torch::optim::AdamWParamState>();
-        s->step(0);
-        s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        slot = std::move(s);
-      }
-      auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
-      s.exp_avg(in_layout_of(s.exp_avg(), p));
-      s.exp_avg_sq(in_layout_of(s.exp_avg_sq(), p));
-      torch::Tensor& step = steps_[key];
-      if (!step.defined())
-        step = torch::full({}, static_cast<double>(s.step()), p.options().dtype(torch::kFloat32));
-      grads.push_back(grad_in_layout(p));
-      params.push_back(p);
-      exp_avgs.push_back(s.exp_avg());
-      exp_avg_sqs.push_back(s.exp_avg_sq());
-      steps.push_back(step);
-    }
-    if (params.empty()) continue;
-    // As torch.optim's fused path: the counts go up first (the kernel's bias correction reads them) and
-    // back down where the step was skipped.
-    at::_foreach_add_(steps, 1);
-    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, o.lr(), std::get<0>(o.betas()),
-                      std::get<1>(o.betas()), o.weight_decay(), o.eps(), /*amsgrad=*/false,
-                      /*maximize=*/false, /*grad_scale=*/std::nullopt, flag(found_inf));
-    if (found_inf.defined())
-      at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), found_inf.reshape({})));
-  }
+template <class Base, class Options>
+bool FusedOptimizer<Base, Options>::fused_step(const torch::Tensor& found_inf) {
+  for (const auto& group : this->param_groups_)
+    if (!kernel_takes(static_cast<const Options&>(group.options()))) return false;
+  if (!kernel_applies(this->param_groups_)) return false;
+  for (auto& group : this->param_groups_)
+    fused_group_step(group, static_cast<const Options&>(group.options()), found_inf);
   return true;
+}
+
+template class FusedOptimizer<torch::optim::AdamW, torch::optim::AdamWOptions>;
+template class FusedOptimizer<torch::optim::SGD, torch::optim::SGDOptions>;
+
+// ---- AdamW ------------------------------------------------------------------------------------------------
+
+FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options, bool fused)
+    : FusedOptimizer(std::move(params), std::move(options), fused) {}
+
+bool FusedAdamW::kernel_takes(const torch::optim::AdamWOptions& options) const {
+  return !options.amsgrad();
+}
+
+void FusedAdamW::fused_group_step(OptimizerParamGroup& group, const torch::optim::AdamWOptions& o,
+                                  const torch::Tensor& found_inf) {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  for (auto& p : with_grads(group)) {
+    auto& s = state_of<torch::optim::AdamWParamState>(p, [&p](auto& created) {  // as LibTorch's AdamW
+      created.step(0);
+      created.exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      created.exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    });
+    s.exp_avg(in_layout_of(s.exp_avg(), p));
+    s.exp_avg_sq(in_layout_of(s.exp_avg_sq(), p));
+    torch::Tensor& step = steps_[p.unsafeGetTensorImpl()];
+    if (!step.defined())
+      step = torch::full({}, static_cast<double>(s.step()), p.options().dtype(torch::kFloat32));
+    grads.push_back(grad_in_layout(p));
+    params.push_back(p);
+    exp_avgs.push_back(s.exp_avg());
+    exp_avg_sqs.push_back(s.exp_avg_sq());
+    steps.push_back(step);
+  }
+  if (params.empty()) return;
+  // As torch.optim's fused path: the counts go up first (the kernel's bias correction reads them) and
+  // back down where the step was skipped.
+  at::_foreach_add_(steps, 1);
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, o.lr(), std::get<0>(o.betas()),
+                    std::get<1>(o.betas()), o.weight_decay(), o.eps(), /*amsgrad=*/false,
+                    /*maximize=*/false, /*grad_scale=*/std::nullopt, flag(found_inf));
+  if (found_inf.defined())
+    at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), found_inf.reshape({})));
+}
+
+void FusedAdamW::before_per_parameter_step() {
+  sync_steps();
+  steps_.clear();
 }
 
 void FusedAdamW::sync_steps() const {
@@ -175,52 +194,31 @@ void FusedAdamW::load(torch::serialize::InputArchive& archive) {
 // ---- SGD --------------------------------------------------------------------------------------------------
 
 FusedSgd::FusedSgd(std::vector<torch::Tensor> params, torch::optim::SGDOptions options, bool fused)
-    : torch::optim::SGD(std::move(params), std::move(options)), fused_(fused) {}
+    : FusedOptimizer(std::move(params), std::move(options), fused) {}
 
-torch::Tensor FusedSgd::step(LossClosure closure) {
-  torch::Tensor loss = evaluate(closure);
-  step_unless(torch::Tensor());
-  return loss;
-}
-
-void FusedSgd::step_unless(const torch::Tensor& found_inf) {
-  torch::NoGradGuard no_grad;
-  last_fused_ = fused_ && fused_step(found_inf);
-  if (last_fused_) return;
-  if (skip_per_parameter_step(found_inf)) return;
-  torch::optim::SGD::step();
-}
-
-bool FusedSgd::fused_step(const torch::Tensor& found_inf) {
+bool FusedSgd::kernel_takes(const torch::optim::SGDOptions& options) const {
   // LibTorch starts a momentum buffer as the first gradient; a zero buffer gives exactly that only
   // without dampening.
-  for (const auto& group : param_groups_)
-    if (static_cast<const torch::optim::SGDOptions&>(group.options()).dampening() != 0) return false;
-  if (!kernel_applies(param_groups_)) return false;
-  for (auto& group : param_groups_) {
-    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-    std::vector<torch::Tensor> params, grads, buffers;
-    for (auto& p : with_grads(group)) {
-      if (o.momentum() != 0) {
-        auto& slot = state_[p.unsafeGetTensorImpl()];
-        if (!slot) {
-          auto s = std::make_unique<torch::optim::SGDParamState>();
-          s->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          slot = std::move(s);
-        }
-        auto& s = static_cast<torch::optim::SGDParamState&>(*slot);
-        s.momentum_buffer(in_layout_of(s.momentum_buffer(), p));
-        buffers.push_back(s.momentum_buffer());
-      }
-      grads.push_back(grad_in_layout(p));
-      params.push_back(p);
+  return options.dampening() == 0;
+}
+
+void FusedSgd::fused_group_step(OptimizerParamGroup& group, const torch::optim::SGDOptions& o,
+                                const torch::Tensor& found_inf) {
+  std::vector<torch::Tensor> params, grads, buffers;
+  for (auto& p : with_grads(group)) {
+    if (o.momentum() != 0) {
+      auto& s = state_of<torch::optim::SGDParamState>(p, [&p](auto& created) {
+        created.momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      });
+      s.momentum_buffer(in_layout_of(s.momentum_buffer(), p));
+      buffers.push_back(s.momentum_buffer());
     }
-    if (params.empty()) continue;
-    at::_fused_sgd_(
-        params, grads, buffers, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
-        /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, flag(found_inf));
+    grads.push_back(grad_in_layout(p));
+    params.push_back(p);
   }
-  return true;
+  if (params.empty()) return;
+  at::_fused_sgd_(params, grads, buffers, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                  /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, flag(found_inf));
 }
 
 namespace {

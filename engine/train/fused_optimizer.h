@@ -36,42 +36,77 @@ class SkippableStep {
   virtual bool last_step_fused() const = 0;
 };
 
-class FusedAdamW : public torch::optim::AdamW, public SkippableStep {
+/// What FusedAdamW and FusedSgd share: LibTorch's optimizer `Base` (with its `Options`) whose step runs the
+/// fused kernel where it applies, else Base's own per-parameter step. A subclass says which options the
+/// kernel takes and runs it over one parameter group.
+template <class Base, class Options>
+class FusedOptimizer : public Base, public SkippableStep {
  public:
+  using LossClosure = torch::optim::Optimizer::LossClosure;
+
   /// `fused` false: always LibTorch's per-parameter step (a reference, and a way out).
-  FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options, bool fused = true);
+  FusedOptimizer(std::vector<torch::Tensor> params, Options options, bool fused);
 
   torch::Tensor step(LossClosure closure = nullptr) override;
   void step_unless(const torch::Tensor& found_inf) override;
   bool last_step_fused() const override { return last_fused_; }
+
+ protected:
+  /// Whether the fused kernel computes what Base's step would with a group's `options`.
+  virtual bool kernel_takes(const Options& options) const = 0;
+  /// The fused kernel over `group`'s parameters that have gradients (see step_unless for `found_inf`).
+  virtual void fused_group_step(torch::optim::OptimizerParamGroup& group, const Options& options,
+                                const torch::Tensor& found_inf) = 0;
+  /// Called before each of Base's per-parameter steps.
+  virtual void before_per_parameter_step() {}
+
+  /// The LibTorch state of `p`, created by `init` (as Base's step would create it) where it has none yet.
+  template <class State, class Init>
+  State& state_of(const torch::Tensor& p, Init init) {
+    auto& slot = this->state_[p.unsafeGetTensorImpl()];
+    if (!slot) {
+      auto s = std::make_unique<State>();
+      init(*s);
+      slot = std::move(s);
+    }
+    return static_cast<State&>(*slot);
+  }
+
+ private:
+  bool fused_step(const torch::Tensor& found_inf);
+
+  bool fused_ = true;
+  bool last_fused_ = false;
+};
+
+class FusedAdamW : public FusedOptimizer<torch::optim::AdamW, torch::optim::AdamWOptions> {
+ public:
+  FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options, bool fused = true);
+
   /// Writes the step counts kept on the device into LibTorch's state first.
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
  private:
-  bool fused_step(const torch::Tensor& found_inf);
+  bool kernel_takes(const torch::optim::AdamWOptions& options) const override;
+  void fused_group_step(torch::optim::OptimizerParamGroup& group, const torch::optim::AdamWOptions& options,
+                        const torch::Tensor& found_inf) override;
+  void before_per_parameter_step() override;
   void sync_steps() const;
 
-  bool fused_ = true;
-  bool last_fused_ = false;
   // Per parameter (keyed like LibTorch's state): its step count, float32 [] on its device, which the
   // fused kernel reads and a skipped step leaves unchanged. Authoritative while not empty.
   std::unordered_map<void*, torch::Tensor> steps_;
 };
 
-class FusedSgd : public torch::optim::SGD, public SkippableStep {
+class FusedSgd : public FusedOptimizer<torch::optim::SGD, torch::optim::SGDOptions> {
  public:
   FusedSgd(std::vector<torch::Tensor> params, torch::optim::SGDOptions options, bool fused = true);
 
-  torch::Tensor step(LossClosure closure = nullptr) override;
-  void step_unless(const torch::Tensor& found_inf) override;
-  bool last_step_fused() const override { return last_fused_; }
-
  private:
-  bool fused_step(const torch::Tensor& found_inf);
-
-  bool fused_ = true;
-  bool last_fused_ = false;
+  bool kernel_takes(const torch::optim::SGDOptions& options) const override;
+  void fused_group_step(torch::optim::OptimizerParamGroup& group, const torch::optim::SGDOptions& options,
+                        const torch::Tensor& found_inf) override;
 };
 
 /// `a` and `b` lay their elements out alike: the same sizes, and the same strides over every dimension larger

@@ -5,21 +5,21 @@
 #include <filesystem>
 
 #include "engine/io/checkpoint.h"
+#include "engine/io/run_folder.h"
 
 namespace fs = std::filesystem;
 
 namespace ranzcr {
 
 std::string TopCheckpoints::path(int64_t epoch) const {
-  return epoch_checkpoint_path(dir_, "top_epoch_", epoch);
+  return run_folder::top_epoch_checkpoint(dir_, epoch);
 }
 
 void TopCheckpoints::scan(int64_t epoch) {
   kept_.clear();
   if (!fs::is_directory(dir_)) return;
   for (const auto& entry : fs::directory_iterator(dir_)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("top_epoch_", 0) != 0 || entry.path().extension() != ".pt") continue;
+    if (!run_folder::is_top_epoch_checkpoint(entry.path())) continue;
     const CheckpointMeta meta = read_checkpoint_meta(entry.path().string());
     if (meta.epoch > epoch || k_ == 0)
       fs::remove(entry.path());

@@ -1,5 +1,5 @@
 // output.keep_best_k: the checkpoints of the k best epochs by validation metric, kept as
-// checkpoints/top_epoch_NNN.pt beside last.pt and best.pt. A resumed run finds the ones kept before.
+// numbered checkpoints beside the last and the best (run_folder.h). A resumed run finds the ones kept before.
 #pragma once
 
 #include <string>

@@ -12,7 +12,7 @@
 #include "engine/report/curves.h"
 #include "engine/report/tensorboard_writer.h"
 #include "engine/runtime/random_state.h"
-#include "engine/train/features.h"
+#include "engine/train/feature_list.h"
 #include "engine/train/fused_optimizer.h"
 #include "engine/train/trainer_impl.h"
 
@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 namespace ranzcr {
 namespace {
 
-// Keeps the first `epochs` lines of metrics.jsonl (after a resume the later ones are recomputed).
+// Keeps the first `epochs` lines of the metrics file (after a resume the later ones are recomputed).
 void truncate_metrics(const std::string& path, int64_t epochs) {
   std::ifstream in(path);
   if (!in) return;
@@ -91,7 +91,8 @@ void Trainer::load_data() {
   const auto& dc = config_.data;
   const Clock::time_point start = Clock::now();
   index_ = load_train_index(dc, index_options(dc));
-  config_.data.label_columns = index_.label_names;  // resolved: written to config.yaml and the checkpoint
+  config_.data.label_columns =
+      index_.label_names;  // resolved: written to the run's config file and the checkpoint
   split_ = validation_split(config_.data, index_.groups, static_cast<uint64_t>(config_.seed));
   char index_seconds[32];
   std::snprintf(index_seconds, sizeof index_seconds, "%.3f", seconds_since(start));
@@ -177,10 +178,11 @@ std::string Trainer::resume_source() {
     } catch (const std::exception&) {
     }
     log_.warn("train.resume=never: starting over in " + out_dir_ + "; it held " + what +
-              ", whose checkpoints, metrics.jsonl and TensorBoard event files are removed now");
+              ", whose checkpoints, " + run_folder::kMetrics +
+              " and TensorBoard event files are removed now");
     for (const auto& entry : fs::directory_iterator(ckpt_dir_))
       if (entry.path().extension() == ".pt") fs::remove(entry.path());
-    fs::remove_all(out_dir_ + "/tensorboard");
+    fs::remove_all(run_folder::tensorboard_dir(out_dir_));
   }
   collectives_.barrier();  // nobody looks at the folder before it is cleared
   return "";
@@ -192,7 +194,7 @@ void Trainer::resume(const std::string& path, bool automatic) {
   const CheckpointMeta& saved = reader.meta();
   const ResumeSource from{
       reader,
-      automatic ? "output.dir " + out_dir_ + " holds a run (checkpoints/last.pt) "
+      automatic ? "output.dir " + out_dir_ + " holds a run (" + run_folder::kLast + ") "
                 : "--resume " + path + ": the checkpoint holds a run ",
       automatic ? ": use another output.dir, or set train.resume=never to start over there" : ""};
   RANZCR_CHECK(saved.model_name == config_.model.name, from.holds, "of model '", saved.model_name,
@@ -233,12 +235,12 @@ void Trainer::restore_meta(const CheckpointMeta& saved, const std::string& path,
 
 void Trainer::start_metrics() {
   if (!collectives_.is_main()) return;
-  const std::string path = out_dir_ + "/metrics.jsonl";
+  const std::string path = run_folder::metrics_file(out_dir_);
   truncate_metrics(path, meta_.epoch);  // the epochs after the checkpoint are trained again
   writers_.add(make_jsonl_writer(path));
   // A new event file per start; a resumed one tells TensorBoard to drop what came after the checkpoint.
-  writers_.add(std::make_unique<TensorBoardWriter>(out_dir_ + "/tensorboard", meta_.step));
-  writers_.add(make_curves_writer(out_dir_));  // after the jsonl writer: redrawn from metrics.jsonl
+  writers_.add(std::make_unique<TensorBoardWriter>(run_folder::tensorboard_dir(out_dir_), meta_.step));
+  writers_.add(make_curves_writer(out_dir_));  // after the jsonl writer: redrawn from the metrics file
 }
 
 // After any resume: the DDP wrapper hooks the parameters' gradient accumulators, which restoring

@@ -1,6 +1,6 @@
 // Training: train() runs a Trainer (trainer_impl.h, private to this folder) over the config: a short
 // fit over epochs of train_epoch, validate and save. What it is made of lives in its own files: the
-// optimizer-step policy (train_step.h), the training features (feature.h: EMA, auxiliary head, top-k
+// optimizer-step policy (train_step.h), the training features (training_feature.h: EMA, auxiliary head, top-k
 // checkpoints, early stopping), batches on the device (engine/runtime/device_batches.h), metric writers
 // (engine/report/metrics_writer.h), checkpoints (engine/io/checkpoint.h). Rank-aware through
 // Collectives: only the main rank writes files.
@@ -20,11 +20,11 @@
 namespace ranzcr {
 
 struct TrainOptions {
-  std::string
-      resume_path;  // checkpoint to resume from ("" = per train.resume: output.dir's last.pt or fresh)
+  std::string resume_path;  // checkpoint to resume from ("" = per train.resume: output.dir's last checkpoint
+                            // or fresh)
   torch::Device device = torch::kCPU;
-  /// Set (to a signal number) by a signal handler: save last.pt soon and stop. With several ranks the
-  /// flags are combined every few optimizer steps and after each epoch's validation and save (see
+  /// Set (to a signal number) by a signal handler: save the last checkpoint soon and stop. With several ranks
+  /// the flags are combined every few optimizer steps and after each epoch's validation and save (see
   /// Trainer), so every rank stops at the same point.
   const std::atomic<int>* stop_signal = nullptr;
   /// Tests: run every training step (next batch, forward, backward, optimizer step) with CUDA's
@@ -39,7 +39,7 @@ struct TrainSummary {
   double best_auc = -1.0;
   double last_auc = -1.0;
   int64_t epochs = 0;
-  int stopped_by_signal = 0;      // non-zero: stopped early after saving last.pt
+  int stopped_by_signal = 0;      // non-zero: stopped early after saving the last checkpoint
   bool early_stopped = false;     // a feature ended the run (train.early_stop_patience reached)
   std::string stop_reason;        // why, when early_stopped (logged)
   bool already_finished = false;  // train.resume found a run that had trained all its epochs

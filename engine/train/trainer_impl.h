@@ -1,6 +1,6 @@
 // The Trainer, private to engine/train (others call train(), trainer.h). It owns the run's data split,
-// model, optimizer, DDP wrapper and step policy, and calls the training features (feature.h) at their
-// hooks; it never names one. Set-up in trainer.cpp, the epoch loop in trainer_loop.cpp.
+// model, optimizer, DDP wrapper and step policy, and calls the training features (training_feature.h) at
+// their hooks; it never names one. Set-up in trainer.cpp, the epoch loop in trainer_loop.cpp.
 #pragma once
 
 #include <memory>
@@ -14,8 +14,8 @@
 #include "distributed/ddp.h"
 #include "engine/infer/inference.h"
 #include "engine/train/epoch_progress.h"
-#include "engine/train/feature.h"
 #include "engine/train/trainer.h"
+#include "engine/train/training_feature.h"
 
 namespace ranzcr {
 
@@ -36,12 +36,12 @@ class Trainer {
   void load_data();
   std::shared_ptr<const CachedImages> open_cache();
   void build_model();
-  /// The checkpoint to continue from: --resume, else (train.resume: auto) output.dir's last.pt when
+  /// The checkpoint to continue from: --resume, else (train.resume: auto) output.dir's last checkpoint when
   /// rank 0 finds one; "" = a fresh run.
   std::string resume_source();
   void resume(const std::string& path, bool automatic);
   void restore_meta(const CheckpointMeta& saved, const std::string& path, bool automatic);
-  /// Makes metrics.jsonl hold exactly the epochs done so far (none for a fresh run).
+  /// Makes the metrics file hold exactly the epochs done so far (none for a fresh run).
   void start_metrics();
   void build_step();
   void plan_epochs();
@@ -50,7 +50,7 @@ class Trainer {
   std::vector<int64_t> epoch_rows(int64_t epoch);
   /// Seeds this rank's random ops (dropout) for `epoch`, or restores them when resuming mid-epoch.
   void seed_epoch(int64_t epoch);
-  /// One epoch of training; nullopt when a stop request ended it early (last.pt saved).
+  /// One epoch of training; nullopt when a stop request ended it early (the last checkpoint saved).
   std::optional<EpochTotals> train_epoch(int64_t epoch);
   /// Forward/backward of batch `i` of `n`, and the optimizer step when it ends an accumulation window.
   /// True when an optimizer step was taken.

@@ -31,7 +31,7 @@ TrainSummary Trainer::fit() {
   for (int64_t epoch = meta_.epoch; epoch < config_.train.epochs; ++epoch) {
     const auto start = Clock::now();
     const std::optional<EpochTotals> totals = train_epoch(epoch);
-    if (!totals) return summary_;  // stopped mid-epoch; last.pt saved
+    if (!totals) return summary_;  // stopped mid-epoch; the last checkpoint saved
     finish_epoch(epoch, *totals, start);
     if (epoch + 1 == config_.train.epochs) break;
     if (const std::optional<StopReason> stop = stop_reason()) {
@@ -175,7 +175,7 @@ void Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   r.images_per_sec = totals.images / std::max(totals.seconds, 1e-9);
   r.label_names = index_.label_names;
   r.epoch_seconds = seconds_since(start);
-  const double metric = r.selection_metric();  // what best.pt is chosen on
+  const double metric = r.selection_metric();  // what the best checkpoint is chosen on
   r.improved = !std::isnan(metric) && metric > meta_.best_metric;
   if (r.improved) meta_.best_metric = metric;
   meta_.epoch = epoch + 1;

@@ -3,7 +3,7 @@
 // (uncompressed, RLE, JPEG, JPEG-LS), OpenJPEG JPEG 2000 -- both built instrumented by scripts/fuzz.sh
 // (scripts/dicom-libs.sh) -- then ours: stored values, modality LUT or rescale, VOI LUT
 // or window (the window setting picked by the input's size), MONOCHROME1, the reduction to 8 bits.
-#include "data/dicom.h"
+#include "dicom/decode.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -66,7 +66,7 @@ import pytorch_reference as ref  # noqa: E402
 
 ARGS_ENV = "RANZCR_SERVE_REFERENCE_ARGS"  # the parsed options, for uvicorn's worker processes (--workers > 1)
 
-# data/pixel_budget.h
+# core/pixel_budget.h
 MAX_IMAGE_PIXELS = 1 << 28
 FREE_IMAGE_PIXELS = 1 << 24
 PIXELS_PER_FILE_BYTE = 128

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""pydicom's decode of DICOM files, taken through the steps data/dicom.h documents, for
-tests/data/dicom_test.cpp to compare ours with.
+"""pydicom's decode of DICOM files, taken through the steps dicom/decode.h documents, for
+tests/dicom/decode_test.cpp to compare ours with.
 
     reference.py OUT_DIR [FILE_OR_DIR ...]     (default: every file of pydicom's own test set)
     reference.py --make-lut-files DIR          (writes the LUT test files below into DIR, with pydicom)

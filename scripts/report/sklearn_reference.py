@@ -6,7 +6,7 @@
 IN:  {"cases": [{"scores": [...], "labels": [0/1 ...]}, ...]}
 OUT: {"cases": [{"auc", "ap", "roc": {fpr, tpr, thresholds}, "roc_dropped": {...}, "pr": {precision,
      recall, thresholds}, "points": {name: threshold}}, ...]}; +inf thresholds as the string "inf".
-The operating points come from roc_curve(drop_intermediate=False) by the rules of engine/report/roc.h.
+The operating points come from roc_curve(drop_intermediate=False) by the rules of engine/report/roc_curves.h.
 Exits 77 without scikit-learn (the test skips).
 """
 import json

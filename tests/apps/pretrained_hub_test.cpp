@@ -61,7 +61,8 @@ class PretrainedHub : public ::testing::Test {
   TempDir dir_;
 };
 
-// The app's own step (with_hub_weights) then make_model, as the trainer does; timm loads the same file.
+// The app's own step (resolve_pretrained with the environment's Hub options) then make_model, as the trainer
+// does; timm loads the same file.
 TEST_F(PretrainedHub, TheModelStartsFromTimmsWeights) {
   const std::string python = venv_python();
   for (const int channels : {1, 3}) {
@@ -73,7 +74,8 @@ TEST_F(PretrainedHub, TheModelStartsFromTimmsWeights) {
     config.model.pretrained = "timm";
     config.model.in_channels = channels;
     RunLog log(false);
-    const Config resolved = with_hub_weights(config, /*network=*/true, log);
+    const Config resolved =
+        resolve_pretrained(config, hub_options(log), /*network=*/true, pretrained_log(log));
     EXPECT_EQ(resolved.model.pretrained, std::string("hf-hub:") + kRepo + "@" + commit_);
     EXPECT_EQ(resolved.model.pretrained_file,
               dir_ / "cache" + "/models--timm--resnet18.a1_in1k/snapshots/" + commit_ + "/model.safetensors");

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "data/dicom.h"
 #include "data/dicom_sandbox.h"
+#include "dicom/decode.h"
 
 namespace {
 

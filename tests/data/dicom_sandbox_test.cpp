@@ -1,4 +1,4 @@
-// DICOM files decoded in the sandboxed helper (data/dicom_sandbox.h, apps/dicom_decoder.cpp): a helper that
+// DICOM files decoded in the sandboxed helper (data/dicom_sandbox.h, dicom/decoder_main.cpp): a helper that
 // crashes, hangs, allocates without bound or tries a forbidden system call costs one image one error line
 // naming it, and the next image decodes in a fresh helper; two files crafted from the public descriptions of
 // GDCM CVEs (scripts/dicom/make_cve_files.py), which crash an in-process decode, end the same way.
@@ -14,9 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "data/dicom.h"
 #include "data/dicom_sandbox.h"
 #include "data/image_pipeline.h"
+#include "dicom/decode.h"
+#include "dicom/write.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {

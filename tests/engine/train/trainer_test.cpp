@@ -14,10 +14,11 @@
 #include <sstream>
 
 #include "engine/io/checkpoint.h"
+#include "engine/io/run_folder.h"
 #include "engine/io/trained_model.h"
 #include "engine/report/curves.h"
 #include "engine/train/aux_seg.h"
-#include "engine/train/features.h"
+#include "engine/train/feature_list.h"
 #include "engine/train/fused_optimizer.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
@@ -362,7 +363,7 @@ TEST_F(TrainerTest, EarlyStopResumesTheCountOfOldCheckpointsAndMovesNoNumbers) {
   // The checkpoint of the epoch before the stop, written again the old way: the count in the meta alone.
   const std::string old = *dir_ / "es_old.pt";
   {
-    CheckpointReader reader(epoch_checkpoint_path(c.output.dir + "/checkpoints", "epoch_", full.epochs - 1));
+    CheckpointReader reader(run_folder::epoch_checkpoint(c.output.dir + "/checkpoints", full.epochs - 1));
     ASSERT_EQ(reader.meta().epochs_since_best, 1);
     EXPECT_EQ(reader.int_value("early_stop_epochs_since_best"), std::optional<int64_t>(1));
     auto model = create_model("tiny_cnn", ModelSpec{});
@@ -531,7 +532,10 @@ TEST_F(TrainerTest, CurvesAreDrawnAfterTraining) {
   auto coll = make_local_collectives();
   const std::string out = *dir_ / "curves";
   train(config(out, 2), *coll, log, TrainOptions{});
-  for (const auto& name : curves_file_names()) {
+  const std::vector<std::string> names{"curves_loss.png", "curves_auc.png", "curves_auc_per_label.png"};
+  ASSERT_EQ(run_folder::curves_files(out).size(), names.size());
+  for (const auto& name : names) {
+    EXPECT_EQ(run_folder::curves_files(out)[&name - names.data()], out + "/" + name);
     const cv::Mat img = cv::imread(out + "/" + name, cv::IMREAD_COLOR);
     ASSERT_FALSE(img.empty()) << name;
     EXPECT_EQ(img.cols, kCurvesWidth);

@@ -1,5 +1,5 @@
 // A JPEG stream's frame size from its header, read before any decoder allocates for it: the loader's JPEG
-// files (data/image_pipeline.cpp) and DICOM's encapsulated JPEG and JPEG-LS frames (data/dicom.cpp).
+// files (data/image_pipeline.cpp) and DICOM's encapsulated JPEG and JPEG-LS frames (dicom/decode.cpp).
 #pragma once
 
 #include <algorithm>
@@ -38,7 +38,7 @@ inline bool jpeg_frame_size(const unsigned char* b, size_t size, int* width, int
 }
 
 /// What a JPEG or JPEG-LS stream says before its first scan's data, for the checks no decoder of DCMTK 3.6.7
-/// makes (data/dicom.cpp). -1 where the stream has no such value before the markers run out.
+/// makes (dicom/decode.cpp). -1 where the stream has no such value before the markers run out.
 struct JpegScanHeaders {
   int sof = -1;                 // the frame header's marker: 0xC0-0xCF (JPEG), 0xF7 (JPEG-LS)
   int precision = -1;           // its sample precision P, in bits

@@ -1,5 +1,5 @@
 // DICOM images through DCMTK and OpenJPEG: a single-frame greyscale image to float [0, 1] at full bit
-// depth, and the writer the synthetic generator uses. Only data/dicom*.cpp include DCMTK or OpenJPEG.
+// depth (the writer the synthetic generator uses: dicom/write.h). Only dicom/*.cpp include DCMTK or OpenJPEG.
 #pragma once
 
 #include <opencv2/core.hpp>
@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "data/data_config.h"
+#include "dicom/window.h"
 
 namespace ranzcr {
 
 /// Registers DCMTK's codecs, silences its log and loads its data dictionary (Debian's DCMTK reads it from
-/// a file on first use). Every function here calls it; ranzcr-dicom-decoder calls it before it locks itself
-/// down, after which it could open no file. Thread-safe, once.
+/// a file on first use). Every function here and write_dicom call it; ranzcr-dicom-decoder calls it before it
+/// locks itself down, after which it could open no file. Thread-safe, once.
 void init_dicom_library();
 
 /// True when `bytes` hold a DICOM preamble: "DICM" at byte 128.
@@ -45,22 +45,5 @@ struct DicomU8 {
 /// `target_size` (area average) and rounded to 8 bits. What ranzcr-dicom-decoder runs for the loader.
 DicomU8 decode_dicom_u8(const std::vector<unsigned char>& bytes, const std::string& name, DicomWindow window,
                         int target_size);
-
-/// How write_dicom stores an image.
-struct DicomWriteOptions {
-  enum class Syntax { kExplicitLittle, kRle, kJpegLossless, kJpegLsLossless, kJpeg2000Lossless };
-  Syntax syntax = Syntax::kExplicitLittle;
-  bool monochrome1 = false;  // Photometric Interpretation MONOCHROME1 (the caller inverts the values)
-  int bits_stored = 16;      // of 16 allocated
-  bool is_signed = false;    // Pixel Representation 1
-  double slope = 1.0, intercept = 0.0;                  // Rescale Slope / Intercept
-  double window_center = 0.0, window_width = 0.0;       // written when window_width > 0
-  std::string study_uid, patient_id, sop_instance_uid;  // identifiers written into the file
-};
-
-/// Writes `stored` (CV_16UC1, or CV_16SC1 when options.is_signed: the stored values) as a DX "for
-/// presentation" DICOM file. Deterministic: the same input gives the same bytes. Throws
-/// std::runtime_error when it cannot be encoded or written.
-void write_dicom(const std::string& path, const cv::Mat& stored, const DicomWriteOptions& options);
 
 }  // namespace ranzcr

@@ -1,7 +1,7 @@
 // Training features: what the Trainer runs beside the plain loop (EMA weights, the auxiliary
 // segmentation head, top-k checkpoints, early stopping, test seams). Each is a TrainingFeature with a few
 // hooks; the Trainer calls every registered feature at each hook and never names one. A new feature is a
-// new file with a TrainingFeature and one line in make_training_features (features.cpp).
+// new file with a TrainingFeature and one line in make_training_features (feature_list.cpp).
 // Hooks run on every rank, in registration order; a hook that runs a collective must do so on every rank.
 #pragma once
 
@@ -50,7 +50,7 @@ struct TrainingSetup {
 /// A checkpoint a run resumes from, with the wording of its errors.
 struct ResumeSource {
   CheckpointReader& reader;
-  std::string holds;  // "output.dir runs/x holds a run (checkpoints/last.pt) " or "--resume F: the checkpoint
+  std::string holds;  // "output.dir runs/x holds a run (its last checkpoint) " or "--resume F: the checkpoint
                       // holds a run "
   std::string fix;    // what the user can do, for errors ("" or ": use another output.dir, ...")
 };

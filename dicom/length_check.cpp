@@ -1,4 +1,4 @@
-#include "data/dicom_check.h"
+#include "dicom/length_check.h"
 
 #include "core/check.h"
 

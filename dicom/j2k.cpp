@@ -1,4 +1,4 @@
-#include "data/dicom_j2k.h"
+#include "dicom/j2k.h"
 
 #include "core/check.h"
 

@@ -1,6 +1,6 @@
 // jpeg_scan_headers: what a JPEG or JPEG-LS stream says before its first scan, on streams built byte by byte
 // (T.81 B.2, ISO 14495-1 C.2), including the malformed values the dicom fuzz target found DCMTK trusting.
-#include "data/jpeg_header.h"
+#include "core/jpeg_header.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,7 @@
-// write_dicom (data/dicom.h) through DCMTK: uncompressed, RLE, JPEG lossless and JPEG-LS by DCMTK's own
-// encoders, JPEG 2000 by OpenJPEG (data/dicom_j2k.h) in DCMTK's encapsulated pixel data.
+// write_dicom (dicom/write.h) through DCMTK: uncompressed, RLE, JPEG lossless and JPEG-LS by DCMTK's own
+// encoders, JPEG 2000 by OpenJPEG (dicom/j2k.h) in DCMTK's encapsulated pixel data.
+#include "dicom/write.h"
+
 #include <dcmtk/dcmdata/dcdatset.h>
 #include <dcmtk/dcmdata/dcdeftag.h>
 #include <dcmtk/dcmdata/dcfilefo.h>
@@ -20,8 +22,8 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "data/dicom.h"
-#include "data/dicom_j2k.h"
+#include "dicom/decode.h"  // init_dicom_library
+#include "dicom/j2k.h"
 
 namespace ranzcr {
 

@@ -1,4 +1,4 @@
-#include "engine/report/roc.h"
+#include "engine/report/roc_curves.h"
 
 #include <algorithm>
 #include <cmath>

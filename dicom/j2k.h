@@ -1,5 +1,5 @@
 // JPEG 2000 in DICOM (transfer syntaxes 1.2.840.10008.1.2.4.90 and .91) through OpenJPEG (Debian's
-// libopenjp2): DCMTK's free modules have no JPEG 2000 codec. Private to data/dicom*.cpp.
+// libopenjp2): DCMTK's free modules have no JPEG 2000 codec. Private to dicom/*.cpp.
 #pragma once
 
 #include <cstdint>

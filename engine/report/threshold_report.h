@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/report/roc.h"
+#include "engine/report/roc_curves.h"
 
 namespace ranzcr {
 

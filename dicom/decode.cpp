@@ -1,4 +1,4 @@
-#include "data/dicom.h"
+#include "dicom/decode.h"
 
 #include <dcmtk/dcmdata/dcdatset.h>
 #include <dcmtk/dcmdata/dcdeftag.h>
@@ -30,11 +30,11 @@
 #include <stdexcept>
 
 #include "core/check.h"
+#include "core/jpeg_header.h"
+#include "core/pixel_budget.h"
 #include "core/printable.h"
-#include "data/dicom_check.h"
-#include "data/dicom_j2k.h"
-#include "data/jpeg_header.h"
-#include "data/pixel_budget.h"
+#include "dicom/j2k.h"
+#include "dicom/length_check.h"
 
 namespace ranzcr {
 
@@ -220,7 +220,7 @@ void check_palettes(DcmItem& item, const std::string& name, int depth = 0) {
                      std::to_string(entries) + " entries of " + std::to_string(d[2]) + " bits with " +
                      std::to_string(bytes) + " bytes of data, expected data for every entry");
   }
-  if (depth >= 16) return;  // dicom_check.cpp refused deeper nesting already
+  if (depth >= 16) return;  // length_check.cpp refused deeper nesting already
   for (unsigned long i = 0; i < item.card(); ++i) {
     auto* sequence = dynamic_cast<DcmSequenceOfItems*>(item.getElement(i));
     for (unsigned long j = 0; sequence && j < sequence->card(); ++j)
@@ -477,8 +477,8 @@ void apply_rescale(cv::Mat& values, DcmDataset& ds, const std::string& name) {
 // length before it reads the value; with a reopenable stream it instead skips any value longer than
 // kDeferredLength (a skip past the end is a read error) and loads it when it is used, so no value the bytes
 // do not hold is ever allocated. (A DcmInputBufferStream cannot be reopened.) A deflated data set is read
-// whole, as before: its values' lengths lie in the compressed stream (dicom_check.cpp bounds it at 1032 times
-// the file, deflate's limit).
+// whole, as before: its values' lengths lie in the compressed stream (length_check.cpp bounds it at 1032
+// times the file, deflate's limit).
 class MemoryStream : public DcmInputBufferStream {
  public:
   MemoryStream(const unsigned char* data, size_t size, size_t offset)

@@ -1,7 +1,8 @@
-// Running a job (train, cv, bench, evaluate, predict) as this process's share of what the config and
+// The processes of a job (train, cv, bench, evaluate, predict): this process's share of what the config and
 // the environment describe: one process, a worker under a launcher (ours, torchrun, srun, a PyTorchJob),
-// or the launcher of this node's workers, which re-run the same command line. Also where each process
-// runs (train.device, the backend) and the data set a job needs (generated when it is the synthetic one).
+// or the launcher of this node's workers, which re-run the same command line. Each settles on the device
+// and backend engine/runtime/placement.h chooses, and the job's inputs (the data set, generated when it is
+// the synthetic one, and the pretrained weights) are made ready once per node before the body runs.
 #pragma once
 
 #include <torch/types.h>
@@ -22,7 +23,9 @@ using JobBody = std::function<int(const Config&, Collectives&, RunLog&, const to
 /// Runs `body` as this process's share of the job: a worker (joins the process group), one process (no
 /// process group), or the launcher of this node's workers, which re-run `argv` (the command line after
 /// the program name). `needs_dataset`: the job reads the config's training data set (generated first
-/// when it is the synthetic one). Installs the stop-signal handlers (stop_signals.h) before `body`.
+/// when it is the synthetic one) and the pretrained weights (model.pretrained resolved once per node:
+/// the body gets the config with them in place). Installs the stop-signal handlers (stop_signals.h) before
+/// `body`.
 int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body,
             bool needs_dataset = true);
 

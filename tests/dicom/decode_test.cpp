@@ -19,10 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "data/dicom.h"
 #include "data/dicom_sandbox.h"
 #include "data/image_pipeline.h"
 #include "data/synth.h"
+#include "dicom/decode.h"
+#include "dicom/write.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {

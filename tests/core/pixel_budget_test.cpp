@@ -1,4 +1,4 @@
-#include "data/pixel_budget.h"
+#include "core/pixel_budget.h"
 
 #include <gtest/gtest.h>
 #include <opencv2/imgcodecs.hpp>

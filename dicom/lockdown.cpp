@@ -1,4 +1,4 @@
-#include "data/dicom_lockdown.h"
+#include "dicom/lockdown.h"
 
 #include <seccomp.h>
 #include <sys/prctl.h>

@@ -1,7 +1,7 @@
 // A walk over a DICOM file's elements before DCMTK parses it. A parser allocates each element's value for the
 // length the file declares before it reads it, and recurses into nested sequences, so a few hundred bytes
 // could make it ask for gigabytes or overflow the stack. This walk reads only tags and lengths. (DCMTK
-// itself is also given a stream it can reopen, so it skips long values instead: data/dicom.cpp.)
+// itself is also given a stream it can reopen, so it skips long values instead: dicom/decode.cpp.)
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "data/dicom_ipc.h"
+#include "dicom/ipc.h"
 
 #include <unistd.h>
 
@@ -10,18 +10,6 @@ bool read_exactly(int fd, void* data, size_t size) {
   auto* p = static_cast<char*>(data);
   while (size > 0) {
     const ssize_t n = ::read(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool write_exactly(int fd, const void* data, size_t size) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     p += n;

@@ -20,9 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "data/dicom.h"
-#include "data/dicom_ipc.h"
-#include "data/dicom_lockdown.h"
+#include "core/write_all.h"
+#include "dicom/decode.h"
+#include "dicom/ipc.h"
+#include "dicom/lockdown.h"
 
 // The helper decodes on one thread: it answers "one processor" where a codec asks how many threads to start
 // (OpenJPEG does with OPJ_NUM_THREADS=ALL_CPUS in the environment, through sysconf, for which glibc reads
@@ -54,8 +55,7 @@ bool send_message(Status status, const std::string& text) {
   reply.status = status;
   const std::string cut = text.substr(0, dicom_ipc::kMaxMessage);
   reply.message_size = static_cast<uint32_t>(cut.size());
-  return dicom_ipc::write_exactly(kSocket, &reply, sizeof reply) &&
-         dicom_ipc::write_exactly(kSocket, cut.data(), cut.size());
+  return write_all(kSocket, &reply, sizeof reply) && write_all(kSocket, cut.data(), cut.size());
 }
 
 bool send_image(const DicomU8& decoded) {
@@ -66,8 +66,7 @@ bool send_image(const DicomU8& decoded) {
   reply.cols = decoded.image.cols;
   reply.rows = decoded.image.rows;
   const cv::Mat image = decoded.image.isContinuous() ? decoded.image : decoded.image.clone();
-  return dicom_ipc::write_exactly(kSocket, &reply, sizeof reply) &&
-         dicom_ipc::write_exactly(kSocket, image.data, image.total());
+  return write_all(kSocket, &reply, sizeof reply) && write_all(kSocket, image.data, image.total());
 }
 
 // What a test-only fault file asks for ("" for none).

@@ -1,4 +1,4 @@
-#include "apps/job_runner.h"
+#include "apps/processes.h"
 
 #include <filesystem>
 #include <iostream>
@@ -7,6 +7,7 @@
 
 #include "apps/hub_weights.h"
 #include "apps/stop_signals.h"
+#include "core/check.h"
 #include "data/dataset_index.h"
 #include "data/synth.h"
 #include "distributed/launcher.h"
@@ -59,24 +60,30 @@ void ensure_dataset(const Config& config, RunLog& log) {
         synth.generate_if_missing
             ? " (the synthetic data set is generated only in synth.root, " + synth.root + ")"
             : "";
-    throw std::runtime_error(
-        "data set not found: " + train_csv_path(config.data) +
-        " (data.root). Put the Kaggle RANZCR CLiP data there (train.csv and train/), or generate a synthetic "
-        "stand-in with: ./ranzcr synth --out " +
-        root.string() + note);
+    RANZCR_FAIL("data set not found: ", train_csv_path(config.data),
+                " (data.root). Put the Kaggle RANZCR CLiP data there (train.csv and train/), or generate a "
+                "synthetic stand-in with: ./ranzcr synth --out ",
+                root.string(), note);
   }
-  if (fs::exists(root))
-    throw std::runtime_error(root.string() + " exists but has no " + config.data.train_csv);
+  RANZCR_CHECK(!fs::exists(root), root.string(), " exists but has no ", config.data.train_csv);
   const bool dicom = config.synth.format == SynthFormat::kDicom;
-  if (dicom != (config.data.image_ext == ".dcm"))
-    throw std::runtime_error("synth.format " + setting_name(config.synth.format) + " writes " +
-                             (dicom ? ".dcm" : ".jpg") + " files, but data.image_ext is '" +
-                             config.data.image_ext + "' (set both)");
+  RANZCR_CHECK(dicom == (config.data.image_ext == ".dcm"), "synth.format ", setting_name(config.synth.format),
+               " writes ", dicom ? ".dcm" : ".jpg", " files, but data.image_ext is '", config.data.image_ext,
+               "' (set both)");
   log.info("generating the synthetic data set in " + root.string() + " (" +
            std::to_string(config.synth.num_images) + " images, " + std::to_string(config.synth.image_size) +
            " px, " + (config.synth.format == SynthFormat::kDicom ? "DICOM, " : "") + "seed " +
            std::to_string(config.synth.seed) + "); done once");
   generate_synthetic(root.string(), config.synth, hardware_threads(), print_progress);
+}
+
+// The inputs a job reads, made ready once per node: the data set (the synthetic one generated) and the
+// pretrained weights (fetched into the Hub cache). `fetch`: this process makes them (one process, a
+// launcher, or a node's first worker); the others read what that one made (the cache only, no network).
+// Returns `config` with model.pretrained resolved (pretrained_source.h).
+Config prepare_inputs(const Config& config, bool fetch, RunLog& log) {
+  if (fetch) ensure_dataset(config, log);
+  return resolve_pretrained(config, hub_options(log), /*network=*/fetch, pretrained_log(log));
 }
 
 // One process of a multi-process job (started by us, torchrun, srun or a PyTorchJob).
@@ -106,12 +113,9 @@ int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, 
   // (ours already did, before starting the workers), the others read them once it is done.
   Config job = config;
   const bool first = world.local_rank == 0 && world.launcher != Launcher::kSelf;
-  if (first && needs_dataset) {
-    ensure_dataset(config, log);
-    job = with_hub_weights(config, /*network=*/true, log);
-  }
+  if (first && needs_dataset) job = prepare_inputs(config, /*fetch=*/true, log);
   collectives->barrier();
-  if (!first && needs_dataset) job = with_hub_weights(config, /*network=*/false, log);
+  if (!first && needs_dataset) job = prepare_inputs(config, /*fetch=*/false, log);
   install_stop_handlers();
   const int status = body(job, *collectives, log, device);
   collectives->shutdown();
@@ -135,26 +139,23 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   const int nproc_here = workers_per_node(config);
   const NodePlan plan = node_plan_from_env(env, slurm_tasks_are_nodes);
   RunLog log(true);
-  if (nproc_here == 1 && plan.nnodes == 1) {  // one process: no process group at all
-    const torch::Device device = place_process(config, WorldInfo{}, env).device;
-    if (needs_dataset) ensure_dataset(config, log);
-    const Config job = needs_dataset ? with_hub_weights(config, /*network=*/true, log) : config;
-    install_stop_handlers();
-    auto collectives = make_local_collectives();
-    return body(job, *collectives, log, device);
-  }
-  // Launcher: check what can be checked once here (one error line, not one per worker), then start
-  // this node's workers.
+  const bool one_process = nproc_here == 1 && plan.nnodes == 1;  // no process group at all
+  // Where the process(es) run, checked before anything is generated or fetched (one error line).
   WorldInfo workers;
   workers.launcher = Launcher::kSelf;
   workers.local_world_size = nproc_here;
   workers.world_size = nproc_here * plan.nnodes;
-  choose_placement(config, workers, env);
-  if (needs_dataset) {
-    ensure_dataset(config, log);
-    load_train_index(config.data, index_options(config.data));
-    with_hub_weights(config, /*network=*/true, log);  // fetched once for this node's workers
+  const torch::Device device = one_process ? place_process(config, WorldInfo{}, env).device
+                                           : choose_placement(config, workers, env).device;
+  const Config job = needs_dataset ? prepare_inputs(config, /*fetch=*/true, log) : config;
+  if (one_process) {
+    install_stop_handlers();
+    auto collectives = make_local_collectives();
+    return body(job, *collectives, log, device);
   }
+  // Launcher of this node's workers, which read the data and the weights prepared here: the index is
+  // checked once here (one error line, not one per worker).
+  if (needs_dataset) load_train_index(config.data, index_options(config.data));
   LaunchOptions lo;
   lo.args = argv;
   lo.nproc = nproc_here;

@@ -40,9 +40,8 @@ struct Reply {
   uint32_t reserved = 0;
 };
 
-/// Blocking reads and writes of exactly `size` bytes on `fd` (the helper's side), retried on EINTR and short
-/// transfers. False on end of file or error.
+/// Blocking read of exactly `size` bytes on `fd` (the helper's side), retried on EINTR and short reads. False
+/// on end of file or error. (Its writes: write_all, core/write_all.h.)
 bool read_exactly(int fd, void* data, size_t size);
-bool write_exactly(int fd, const void* data, size_t size);
 
 }  // namespace ranzcr::dicom_ipc

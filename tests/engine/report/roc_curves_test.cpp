@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/report/metrics.h"
-#include "engine/report/roc.h"
+#include "engine/report/roc_curves.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {

@@ -1,4 +1,4 @@
-#include "engine/train/features.h"
+#include "engine/train/feature_list.h"
 
 #include "engine/train/trainer.h"
 

@@ -1,4 +1,4 @@
-#include "engine/report/roc_report.h"
+#include "engine/report/threshold_report.h"
 
 #include <opencv2/imgproc.hpp>
 
