@@ -1,5 +1,5 @@
-// Text taken from a file (a CSV field, a YAML value, a name inside an archive) for a one-line message. The
-// base room core/ holds this and the check macros (check.h): every other folder may use them.
+// Text taken from a file (a CSV field, a YAML value, a name inside an archive) for a one-line message. In
+// core/, the lowest folder, with the check macros (check.h): every other folder may use them.
 #pragma once
 
 #include <cstdio>
