@@ -82,8 +82,7 @@ torch::Tensor in_layout_of(const torch::Tensor& t, const torch::Tensor& like) {
   return out;
 }
 
-// ---- What both share
-// ---------------------------------------------------------------------------------------
+// ---- What both share --------------------------------------------------------------------------------------
 
 template <class Base, class Options>
 FusedOptimizer<Base, Options>::FusedOptimizer(std::vector<torch::Tensor> params, Options options, bool fused)
