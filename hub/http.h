@@ -1,18 +1,22 @@
 // HTTP(S) through libcurl, the two requests a Hub download needs: a HEAD that does not follow redirects
 // (the Hub's answer, not the CDN's, carries the commit and the ETag) and a GET into a file from an offset
-// (HTTP Range), following redirects. Transport failures throw HttpError; an HTTP status is returned.
+// (HTTP Range), following redirects; and one generic request with its answer in memory (tracking/'s REST
+// calls and artifact uploads). Transport failures throw HttpError; an HTTP status is returned.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ranzcr::hub {
 
 struct HttpOptions {
   std::string token;              // "Authorization: Bearer <token>" when set
+  std::string basic_auth;         // "user:password": HTTP basic auth when set and there is no token
   double connect_timeout_s = 10;  // TCP + TLS connect
   double idle_timeout_s = 10;     // a transfer that receives nothing for this long fails
   std::string user_agent = "ranzcr";
@@ -51,6 +55,27 @@ HttpResponse http_head(const std::string& url, const HttpOptions& options);
 /// truncated first) or a 206 answer; other statuses leave it as it was and are returned.
 HttpResponse http_get_to_file(const std::string& url, const HttpOptions& options, const std::string& path,
                               int64_t offset, const ByteProgress& progress);
+
+/// A request of any method, its body from memory or from a file, not following redirects.
+struct HttpRequest {
+  std::string method = "GET";  // GET, POST, PUT, DELETE, ...
+  std::string url;
+  std::vector<std::string> headers;  // "Name: value" lines
+  std::string body;                  // sent when not empty (and no upload_file)
+  std::string upload_file;           // when set, this file's bytes are the body (streamed, not read first)
+  double timeout_s = 30;             // the whole request, connect included
+  const std::atomic<bool>* cancel = nullptr;  // when it turns true the request fails (HttpError) within ~1 s
+};
+
+struct HttpReply {
+  long status = 0;
+  std::string body;
+};
+
+/// Sends `request` and returns the answer, whatever its status. HttpError when there is none (refused,
+/// unresolved: no_connection(); timed out, cut off, cancelled) or `upload_file` cannot be read
+/// (write_error(): a local file, not worth a retry).
+HttpReply http_send(const HttpRequest& request, const HttpOptions& options);
 
 /// The SHA-256 of a file, 64 lowercase hex digits (OpenSSL). Throws std::runtime_error when unreadable.
 std::string file_sha256(const std::string& path);

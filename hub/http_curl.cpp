@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -81,6 +82,10 @@ void common_setup(Easy& e, const std::string& url, const HttpOptions& o, HttpRes
   e.list = curl_slist_append(e.list, "Accept-Encoding: identity");
   // Sent to the Hub's host only: libcurl drops a custom Authorization header on a redirect to another host.
   if (!o.token.empty()) e.list = curl_slist_append(e.list, ("Authorization: Bearer " + o.token).c_str());
+  if (o.token.empty() && !o.basic_auth.empty()) {
+    curl_easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+    curl_easy_setopt(c, CURLOPT_USERPWD, o.basic_auth.c_str());  // not sent on to another host either
+  }
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, e.list);
 }
 
@@ -144,6 +149,63 @@ int on_progress(void* user, curl_off_t total, curl_off_t now, curl_off_t, curl_o
   return 0;
 }
 
+size_t on_body_to_string(char* data, size_t size, size_t count, void* user) {
+  static_cast<std::string*>(user)->append(data, size * count);
+  return size * count;
+}
+
+// The file an upload streams from.
+struct UploadSource {
+  FILE* file = nullptr;
+  int read_errno = 0;
+  ~UploadSource() {
+    if (file) std::fclose(file);
+  }
+};
+
+size_t on_upload_read(char* buffer, size_t size, size_t count, void* user) {
+  auto* source = static_cast<UploadSource*>(user);
+  const size_t n = std::fread(buffer, 1, size * count, source->file);
+  if (n == 0 && std::ferror(source->file)) {
+    source->read_errno = errno != 0 ? errno : EIO;
+    return CURL_READFUNC_ABORT;
+  }
+  return n;
+}
+
+int on_cancel_check(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* cancel = static_cast<const std::atomic<bool>*>(user);
+  return cancel->load() ? 1 : 0;  // non-zero: libcurl stops with CURLE_ABORTED_BY_CALLBACK
+}
+
+// The body of `request` for libcurl: a file streamed with PUT semantics, or bytes from memory.
+void set_request_body(Easy& e, const HttpRequest& request, UploadSource& source) {
+  CURL* c = e.curl;
+  if (!request.upload_file.empty()) {
+    source.file = std::fopen(request.upload_file.c_str(), "rb");
+    if (!source.file)
+      throw HttpError("cannot read " + request.upload_file + ": " + std::strerror(errno),
+                      /*write_error=*/true);
+    std::fseek(source.file, 0, SEEK_END);
+    const long size = std::ftell(source.file);
+    std::fseek(source.file, 0, SEEK_SET);
+    curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(c, CURLOPT_READFUNCTION, on_upload_read);
+    curl_easy_setopt(c, CURLOPT_READDATA, &source);
+    curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(std::max(0L, size)));
+  }
+  const bool has_body = request.upload_file.empty() &&
+                        (!request.body.empty() || request.method == "POST" || request.method == "PUT");
+  if (has_body) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.body.c_str());
+  }
+  // UPLOAD means PUT and POSTFIELDS means POST to libcurl; any other method is named.
+  const char* implied = !request.upload_file.empty() ? "PUT" : has_body ? "POST" : "GET";
+  if (request.method != implied) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  if (request.method == "HEAD") curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+}
+
 }  // namespace
 
 std::string HttpResponse::header(const std::string& lowercase_name) const {
@@ -193,6 +255,36 @@ HttpResponse http_get_to_file(const std::string& url, const HttpOptions& options
   if (code != CURLE_OK) fail_transport(e, code, url);
   if (!sink.decided) sink.open_for(r.status);  // an empty body still creates or truncates the file
   return r;
+}
+
+HttpReply http_send(const HttpRequest& request, const HttpOptions& options) {
+  Easy e;
+  HttpResponse r;
+  HttpReply reply;
+  common_setup(e, request.url, options, r);
+  // No "Expect: 100-continue" before a large body: the answer would wait a second for nothing.
+  for (const std::string& h : request.headers) e.list = curl_slist_append(e.list, h.c_str());
+  e.list = curl_slist_append(e.list, "Expect:");
+  curl_easy_setopt(e.curl, CURLOPT_HTTPHEADER, e.list);
+  curl_easy_setopt(e.curl, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(e.curl, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout_s * 1000));
+  curl_easy_setopt(e.curl, CURLOPT_WRITEFUNCTION, on_body_to_string);
+  curl_easy_setopt(e.curl, CURLOPT_WRITEDATA, &reply.body);
+  if (request.cancel) {
+    curl_easy_setopt(e.curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e.curl, CURLOPT_XFERINFOFUNCTION, on_cancel_check);
+    curl_easy_setopt(e.curl, CURLOPT_XFERINFODATA, request.cancel);
+  }
+  UploadSource source;
+  set_request_body(e, request, source);
+  const CURLcode code = curl_easy_perform(e.curl);
+  if (source.read_errno != 0)
+    throw HttpError("reading " + request.upload_file + ": " + std::strerror(source.read_errno),
+                    /*write_error=*/true);
+  if (code == CURLE_ABORTED_BY_CALLBACK) throw HttpError(request.url + ": cancelled", false);
+  if (code != CURLE_OK) fail_transport(e, code, request.url);
+  curl_easy_getinfo(e.curl, CURLINFO_RESPONSE_CODE, &reply.status);
+  return reply;
 }
 
 std::string file_sha256(const std::string& path) {

@@ -28,6 +28,10 @@ HttpResponse http_get_to_file(const std::string& url, const HttpOptions&, const 
   no_client(url);
 }
 
+HttpReply http_send(const HttpRequest& request, const HttpOptions&) {
+  throw HttpError(request.url + ": this ranzcr was built without libcurl and has no HTTP client", false);
+}
+
 std::string file_sha256(const std::string& path) {
   RANZCR_FAIL(path, ": this ranzcr was built without OpenSSL (no SHA-256)");
 }

@@ -174,6 +174,18 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
   fi
 fi
 
+# MLflow (server and Python client), for the tests that log runs to a real tracking server and read them back
+# with MLflow's own client, and the UI's charts in Chromium (tests/apps/mlflow_cli_test.cpp,
+# tests/tracking/mlflow_test.cpp); skipped without, a failure under CI=true. It pulls Flask, SQLAlchemy,
+# pandas and pyarrow wheels, not a torch (3.18.0 lacks its mlflow-skinny on PyPI; 3.17.2 is pinned).
+if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import mlflow' >/dev/null 2>&1; then
+  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
+    say "no mlflow in .venv (RANZCR_OFFLINE=1 forbids pip): the MLflow tracking tests will be skipped"
+  elif ! "$ROOT/.venv/bin/pip" install -q "${MLFLOW_PIP_SPEC:-mlflow==3.17.2}" > "$ROOT/.venv/pip-mlflow.log" 2>&1; then
+    reference_missing "pip install mlflow failed (.venv/pip-mlflow.log)" "the MLflow tracking tests will be skipped"
+  fi
+fi
+
 # 3. Configure (once) and build. With Debian's ccache installed (set-up installs it; RANZCR_CCACHE=0: not
 #    used), it is the compiler launcher: its cache lives outside the clone (~/.cache/ccache) and is shared by
 #    every clone, with paths taken relative to the clone (CCACHE_BASEDIR), and the sloppiness ccache's manual

@@ -180,6 +180,12 @@ struct OutputConfig {
   std::string dir = "runs/default";  // run folder
   int keep_every = 0;   // also keep a numbered checkpoint (run_folder.h) every N epochs (0 = off)
   int keep_best_k = 0;  // also keep the k best epochs as numbered checkpoints (run_folder.h) (0 = off)
+  // MLflow tracking (docs/tracking.md): "" = off; a tracking URI http(s)://host:port; or "env" =
+  // MLFLOW_TRACKING_URI, as MLflow's Python client takes it. Credentials only from the environment.
+  std::string mlflow;
+  std::string mlflow_experiment;  // "" = the config file's name (apps fills it in)
+  std::string mlflow_run_name;    // "" = the run folder's name
+  bool mlflow_required = true;    // the server must answer at start; false: train on without tracking
 };
 
 struct Config {

@@ -51,6 +51,7 @@ void visit_meta_fields(Meta& m, F&& f) {
   f("epoch_metric", m.epoch_metric, O);
   f("rng_states", m.rng_states, O);
   f("rng_device", m.rng_device, O);
+  f("mlflow_run_id", m.mlflow_run_id, O);
 }
 
 std::vector<std::string> split_lines(const std::string& s) {

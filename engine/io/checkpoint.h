@@ -45,6 +45,8 @@ struct CheckpointMeta {
   /// The device type whose generator those states are ("cpu", "cuda"): a state fits only a generator of
   /// its type. "" in checkpoints written before it was recorded.
   std::string rng_device;
+  /// The MLflow run the training logs to (output.mlflow), continued on resume; "" = none.
+  std::string mlflow_run_id;
 };
 
 /// Modules saved beside the model, each as a sub-archive of its name: the EMA weights ("ema", which

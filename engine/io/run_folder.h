@@ -31,6 +31,8 @@ inline constexpr const char* kFoldPrefix = "fold_";
 inline constexpr const char* kFoldBest = "fold_K/checkpoints/best.pt";  // a cv root's every fold's best
 inline constexpr const char* kOutOfFold = "oof.csv";
 inline constexpr const char* kCvReport = "cv.json";
+inline constexpr const char* kMlflowRun = "mlflow_run.json";       // output.mlflow: the run's server and id
+inline constexpr const char* kMlflowSpool = "mlflow_spool.jsonl";  // requests the server did not take yet
 
 /// <run>/config.yaml: the resolved config.
 inline std::string config_file(const std::string& run_dir) {
@@ -108,6 +110,15 @@ inline std::string out_of_fold_file(const std::string& cv_root) {
 /// <cv root>/cv.json: the per-fold and out-of-fold AUCs.
 inline std::string cv_report_file(const std::string& cv_root) {
   return (std::filesystem::path(cv_root) / kCvReport).string();
+}
+
+/// <run or cv root>/mlflow_run.json: the MLflow run this folder logs to (tracking URI, experiment, run id).
+inline std::string mlflow_run_file(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / kMlflowRun).string();
+}
+/// <run or cv root>/mlflow_spool.jsonl: MLflow requests not delivered yet (ranzcr mlflow-sync sends them).
+inline std::string mlflow_spool_file(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / kMlflowSpool).string();
 }
 
 }  // namespace ranzcr::run_folder

@@ -124,9 +124,9 @@ std::vector<LabelScores> label_scores(const EvalPredictions& p) {
   return out;
 }
 
-// roc.png, pr.png and operating_points.csv in the folder of `json_path`.
-void write_roc_files(const std::string& json_path, const std::vector<LabelScores>& scores,
-                     const std::vector<LabelRocSummary>& roc) {
+// roc.png, pr.png and operating_points.csv in the folder of `json_path`; returns their paths.
+std::vector<std::string> write_roc_files(const std::string& json_path, const std::vector<LabelScores>& scores,
+                                         const std::vector<LabelRocSummary>& roc) {
   const std::filesystem::path dir = std::filesystem::path(json_path).parent_path();
   const std::string csv = (dir / "operating_points.csv").string();
   write_file_atomic(csv, operating_points_csv(roc));
@@ -134,6 +134,7 @@ void write_roc_files(const std::string& json_path, const std::vector<LabelScores
   write_pr_png((dir / "pr.png").string(), scores, roc);
   std::cout << "wrote " << csv << ", " << (dir / "roc.png").string() << ", " << (dir / "pr.png").string()
             << "\n";
+  return {csv, (dir / "roc.png").string(), (dir / "pr.png").string()};
 }
 
 // One model: binary cross-entropy of its logits, as validation; an ensemble: of the averaged
@@ -145,8 +146,8 @@ double evaluation_loss(const EvalPredictions& p, bool single) {
 
 }  // namespace
 
-void report_evaluation(const std::vector<std::string>& paths, const EvalData& data, const EvalPredictions& p,
-                       const EvalReportOptions& options, RunLog& log) {
+EvalReport report_evaluation(const std::vector<std::string>& paths, const EvalData& data,
+                             const EvalPredictions& p, const EvalReportOptions& options, RunLog& log) {
   const bool single = paths.size() == 1;
   const std::vector<std::string>& names = p.models.front().info.label_names;
   const double loss = evaluation_loss(p, single);
@@ -156,10 +157,13 @@ void report_evaluation(const std::vector<std::string>& paths, const EvalData& da
   print_evaluation(paths, data, p, auc, roc, loss);
   for (const auto& name : auc.undefined) log.warn("column '" + name + "' has a single class: AUC undefined");
   if (p.skipped > 0) log.warn(std::to_string(p.skipped) + " unreadable images skipped");
-  if (options.out.empty()) return;
-  write_file_atomic(options.out, evaluation_json(paths, data, p, auc, roc, loss).dump(2) + "\n");
+  EvalReport report{evaluation_json(paths, data, p, auc, roc, loss).dump(2), {}};
+  if (options.out.empty()) return report;
+  write_file_atomic(options.out, report.json + "\n");
   std::cout << "wrote " << options.out << "\n";
-  write_roc_files(options.out, scores, roc);
+  report.files = write_roc_files(options.out, scores, roc);
+  report.files.insert(report.files.begin(), options.out);
+  return report;
 }
 
 std::optional<LabelThresholds> prediction_thresholds(const std::string& file, const std::string& point,

@@ -59,8 +59,13 @@ struct EvalReportOptions {
 /// Rank 0's part of evaluate: AUC and loss (one model: of its logits, as validation; an ensemble: of the
 /// averaged probabilities), the table on stdout, the JSON of `options.out` and beside it roc.png, pr.png
 /// and operating_points.csv (threshold_report.h).
-void report_evaluation(const std::vector<std::string>& paths, const EvalData& data, const EvalPredictions& p,
-                       const EvalReportOptions& options, RunLog& log);
+/// What it wrote: the JSON (also without options.out), and the files (options.out first; none without it).
+struct EvalReport {
+  std::string json;
+  std::vector<std::string> files;
+};
+EvalReport report_evaluation(const std::vector<std::string>& paths, const EvalData& data,
+                             const EvalPredictions& p, const EvalReportOptions& options, RunLog& log);
 
 /// The images predict runs on: `csv`'s ids in the folder `images` when `csv` is not empty, else every
 /// image of `images`.

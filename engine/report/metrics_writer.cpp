@@ -71,30 +71,7 @@ nlohmann::json per_class_json(const AucReport& auc, const std::vector<std::strin
 class JsonlWriter : public MetricsWriter {
  public:
   explicit JsonlWriter(std::string path) : path_(std::move(path)) {}
-  void epoch(const EpochRecord& r) override {
-    nlohmann::json j;
-    j["epoch"] = r.epoch;
-    j["step"] = r.step;
-    j["train_loss"] = r.train_loss;
-    for (const auto& s : r.train_scalars) j[s.name] = s.value;
-    j["val_loss"] = r.val_loss;
-    j["val_auc_mean"] = std::isnan(r.auc.mean) ? nlohmann::json() : nlohmann::json(r.auc.mean);
-    j["val_auc"] = per_class_json(r.auc, r.label_names);
-    for (const auto& v : r.validations) {
-      j[v.name + "_val_loss"] = v.loss;
-      j[v.name + "_val_auc_mean"] = std::isnan(v.auc.mean) ? nlohmann::json() : nlohmann::json(v.auc.mean);
-      j[v.name + "_val_auc"] = per_class_json(v.auc, r.label_names);
-    }
-    j["lr"] = r.lr;
-    j["images_per_sec"] = r.images_per_sec;
-    j["epoch_seconds"] = r.epoch_seconds;
-    j["val_seconds"] = r.val_seconds;
-    j["auc_seconds"] = r.auc_seconds;
-    j["train_images"] = r.train_images;
-    j["val_images"] = r.val_images;
-    j["skipped_images"] = r.skipped_images;
-    append_line(path_, j.dump());
-  }
+  void epoch(const EpochRecord& r) override { append_line(path_, epoch_json_line(r)); }
 
  private:
   std::string path_;
@@ -106,6 +83,31 @@ double EpochRecord::selection_metric() const {
   for (const auto& v : validations)
     if (v.selects_best) return v.auc.mean;
   return auc.mean;
+}
+
+std::string epoch_json_line(const EpochRecord& r) {
+  nlohmann::json j;
+  j["epoch"] = r.epoch;
+  j["step"] = r.step;
+  j["train_loss"] = r.train_loss;
+  for (const auto& s : r.train_scalars) j[s.name] = s.value;
+  j["val_loss"] = r.val_loss;
+  j["val_auc_mean"] = std::isnan(r.auc.mean) ? nlohmann::json() : nlohmann::json(r.auc.mean);
+  j["val_auc"] = per_class_json(r.auc, r.label_names);
+  for (const auto& v : r.validations) {
+    j[v.name + "_val_loss"] = v.loss;
+    j[v.name + "_val_auc_mean"] = std::isnan(v.auc.mean) ? nlohmann::json() : nlohmann::json(v.auc.mean);
+    j[v.name + "_val_auc"] = per_class_json(v.auc, r.label_names);
+  }
+  j["lr"] = r.lr;
+  j["images_per_sec"] = r.images_per_sec;
+  j["epoch_seconds"] = r.epoch_seconds;
+  j["val_seconds"] = r.val_seconds;
+  j["auc_seconds"] = r.auc_seconds;
+  j["train_images"] = r.train_images;
+  j["val_images"] = r.val_images;
+  j["skipped_images"] = r.skipped_images;
+  return j.dump();
 }
 
 std::unique_ptr<MetricsWriter> make_console_writer(RunLog& log) {

@@ -60,12 +60,17 @@ class MetricsWriter {
   virtual ~MetricsWriter() = default;
   virtual void progress(const ProgressRecord&) {}
   virtual void epoch(const EpochRecord&) {}
+  /// The checkpoints of epoch `epoch` (1-based) are saved: its record will not be trained again on a resume
+  /// (a writer that cannot take records back, such as an experiment tracker, sends them now).
+  virtual void saved(int64_t epoch) {}
 };
 
 /// Progress and epoch lines through the run log (stdout + the run's log file).
 std::unique_ptr<MetricsWriter> make_console_writer(RunLog& log);
 /// One JSON object per epoch appended to `path` (the metrics file).
 std::unique_ptr<MetricsWriter> make_jsonl_writer(const std::string& path);
+/// The metrics file's line for `r` (one JSON object, no newline).
+std::string epoch_json_line(const EpochRecord& r);
 
 /// Fans records out to every writer added.
 class MetricsWriters : public MetricsWriter {
@@ -76,6 +81,9 @@ class MetricsWriters : public MetricsWriter {
   }
   void epoch(const EpochRecord& r) override {
     for (auto& w : writers_) w->epoch(r);
+  }
+  void saved(int64_t epoch) override {
+    for (auto& w : writers_) w->saved(epoch);
   }
 
  private:

@@ -10,6 +10,7 @@
 #include "engine/io/pretrained.h"
 #include "engine/io/run_folder.h"
 #include "engine/report/curves.h"
+#include "engine/report/mlflow_run.h"
 #include "engine/report/tensorboard_writer.h"
 #include "engine/runtime/random_state.h"
 #include "engine/train/feature_list.h"
@@ -214,6 +215,7 @@ void Trainer::restore_meta(const CheckpointMeta& saved, const std::string& path,
   meta_.best_metric = saved.best_metric;
   meta_.loss_scale = saved.loss_scale;
   meta_.loss_scale_growth = saved.loss_scale_growth;
+  meta_.mlflow_run_id = saved.mlflow_run_id;
   const int world = collectives_.world_size();
   if (saved.world_size != world)
     log_.warn("resuming a checkpoint written by " + std::to_string(saved.world_size) + " processes with " +
@@ -241,6 +243,26 @@ void Trainer::start_metrics() {
   // A new event file per start; a resumed one tells TensorBoard to drop what came after the checkpoint.
   writers_.add(std::make_unique<TensorBoardWriter>(run_folder::tensorboard_dir(out_dir_), meta_.step));
   writers_.add(make_curves_writer(out_dir_));  // after the jsonl writer: redrawn from the metrics file
+  start_mlflow();
+}
+
+void Trainer::start_mlflow() {
+  if (!options_.mlflow || config_.output.mlflow.empty()) return;
+  const bool resumed = meta_.epoch > 0 || meta_.step > 0;
+  if (resumed && run_finished(config_.train, meta_))
+    return;  // nothing to train: its MLflow run stays as it is
+  MlflowStart start;
+  start.run_dir = out_dir_;
+  start.resume_id = meta_.mlflow_run_id;  // the checkpoint's
+  start.continue_folder_run = !resumed && config_.train.resume == ResumeSetting::kAuto;
+  start.command = "train";
+  start.tags = {{"ranzcr.device", options_.device.str()},
+                {"ranzcr.world_size", std::to_string(collectives_.world_size())},
+                {"ranzcr.model", config_.model.name}};
+  mlflow_ = MlflowRun::open(config_, *options_.mlflow, start, log_);
+  if (!mlflow_) return;
+  meta_.mlflow_run_id = mlflow_->run_id();
+  writers_.add(mlflow_->epoch_writer());
 }
 
 // After any resume: the DDP wrapper hooks the parameters' gradient accumulators, which restoring

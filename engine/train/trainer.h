@@ -19,6 +19,8 @@
 
 namespace ranzcr {
 
+struct MlflowSetup;  // engine/report/mlflow_run.h
+
 struct TrainOptions {
   std::string resume_path;  // checkpoint to resume from ("" = per train.resume: output.dir's last checkpoint
                             // or fresh)
@@ -33,6 +35,8 @@ struct TrainOptions {
   /// Tests: called on every rank right before each epoch's validation (0-based epoch), e.g. to raise a
   /// stop signal there.
   std::function<void(int64_t epoch)> before_validation;
+  /// output.mlflow: the server's credentials and the program's tags (read by apps); null = no tracking.
+  const MlflowSetup* mlflow = nullptr;
 };
 
 struct TrainSummary {

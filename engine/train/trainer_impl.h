@@ -19,6 +19,8 @@
 
 namespace ranzcr {
 
+class MlflowRun;
+
 class Trainer {
  public:
   /// Loads the data index, builds model, features, optimizer and DDP wrapper, and resumes when asked.
@@ -43,10 +45,15 @@ class Trainer {
   void restore_meta(const CheckpointMeta& saved, const std::string& path, bool automatic);
   /// Makes the metrics file hold exactly the epochs done so far (none for a fresh run).
   void start_metrics();
+  /// output.mlflow: opens the run's MLflow run (the checkpoint's when resuming) and adds its writer.
+  void start_mlflow();
   void build_step();
   void plan_epochs();
 
   // ---- the loop (trainer_loop.cpp) ----
+  TrainSummary fit_epochs();
+  /// The MLflow run's files and status (FINISHED, or KILLED after a stop request).
+  void end_mlflow();
   std::vector<int64_t> epoch_rows(int64_t epoch);
   /// Seeds this rank's random ops (dropout) for `epoch`, or restores them when resuming mid-epoch.
   void seed_epoch(int64_t epoch);
@@ -90,6 +97,7 @@ class Trainer {
   std::unique_ptr<LossWatch> watch_;
   std::unique_ptr<Poll> poll_;
   MetricsWriters writers_;
+  std::unique_ptr<MlflowRun> mlflow_;  // main rank, output.mlflow; ended FAILED when an exception unwinds
   CheckpointMeta meta_;
 
   std::unique_ptr<DistributedSampler> sampler_;

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "engine/io/run_folder.h"
 #include "engine/report/metrics.h"
+#include "engine/report/mlflow_run.h"
 #include "engine/runtime/cuda_support.h"
 #include "engine/runtime/random_state.h"
 #include "engine/train/trainer_impl.h"
@@ -16,6 +17,21 @@
 namespace ranzcr {
 
 TrainSummary Trainer::fit() {
+  fit_epochs();
+  end_mlflow();
+  return summary_;
+}
+
+void Trainer::end_mlflow() {
+  if (!mlflow_) return;
+  mlflow_->log_artifact(run_folder::config_file(out_dir_));
+  mlflow_->log_artifact(run_folder::metrics_file(out_dir_));
+  mlflow_->log_artifact(run_folder::log_file(out_dir_));
+  for (const auto& png : run_folder::curves_files(out_dir_)) mlflow_->log_artifact(png, "curves");
+  mlflow_->end(summary_.stopped_by_signal ? tracking::RunStatus::kKilled : tracking::RunStatus::kFinished);
+}
+
+TrainSummary Trainer::fit_epochs() {
   summary_.best_auc = meta_.best_metric;
   summary_.epochs = meta_.epoch;
   // A resumed run that had ended (all epochs, or a feature stopped it) has nothing to train.
@@ -194,6 +210,7 @@ void Trainer::finish_epoch(int64_t epoch, const EpochTotals& totals, Clock::time
   if (collectives_.is_main()) {
     save(end.paths);
     for (auto& f : features_) f->after_save();
+    writers_.saved(meta_.epoch);
   }
   collectives_.barrier();
 }

@@ -1,0 +1,220 @@
+// output.mlflow against a real MLflow tracking server (mlflow from PyPI in .venv, started on a free port with
+// a SQLite store: tests/mlflow_server.h), read back with MLflow's own Python client
+// (tests/apps/mlflow_run_check.py): a run's parameters, metrics at every epoch (equal to metrics.jsonl),
+// tags, artifacts and status; SIGTERM (KILLED) and the resume into the same run; cv's parent and children;
+// the server stopped mid-run and `ranzcr mlflow-sync`; evaluate --mlflow-run; a server that is not there at
+// start; and the MLflow UI's charts of a run in headless Chromium (tests/apps/mlflow_ui_check.py).
+#include <signal.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/io/checkpoint.h"
+#include "tests/mlflow_server.h"
+#include "tests/process_util.h"
+#include "tests/test_util.h"
+
+namespace ranzcr {
+namespace {
+
+namespace fs = std::filesystem;
+using test::contains;
+using test::read_file;
+
+class MlflowCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    test::make_dataset(*dir_ / "ds", 80, 64, 6);
+    if (test::mlflow_available()) server_ = new test::MlflowTestServer();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!server_)
+      RANZCR_SKIP_WITHOUT_REFERENCE("no mlflow in .venv (scripts/setup.sh installs mlflow==3.17.2)");
+  }
+  /// A config in `name`.yaml: tiny_cnn on the suite's data set, the run folder `name`, logging to `uri`.
+  static std::string config(const std::string& name, const std::string& uri,
+                            std::vector<std::pair<std::string, std::string>> keys = {}) {
+    std::vector<std::pair<std::string, std::string>> all = {
+        {"output.dir", *dir_ / name}, {"output.mlflow", uri},     {"train.epochs", "3"},
+        {"train.batch_size", "16"},   {"train.num_threads", "1"}, {"train.log_every_seconds", "0.2"},
+        {"data.num_workers", "1"}};
+    all.insert(all.end(), keys.begin(), keys.end());
+    const std::string path = *dir_ / (name + ".yaml");
+    test::write_config(path, *dir_ / "ds", all);
+    return path;
+  }
+  static test::CommandResult ranzcr(const std::string& args) {
+    return test::run_command(std::string(RANZCR_BINARY) + " " + args + " 2>&1");
+  }
+  /// mlflow_run_check.py with MLflow's client on the suite's server.
+  static test::CommandResult check(const std::string& args) {
+    return python(*server_, "tests/apps/mlflow_run_check.py " + args);
+  }
+  /// A script of the source tree (with its arguments) run by the .venv python, MLFLOW_TRACKING_URI
+  /// `server`'s.
+  static test::CommandResult python(const test::MlflowTestServer& server, const std::string& script_args) {
+    return test::run_command("MLFLOW_TRACKING_URI=" + server.uri() + " " + test::venv_python() +
+                             " -W ignore " + RANZCR_SOURCE_DIR + "/" + script_args + " 2>&1");
+  }
+  static std::string run_id(const std::string& run_dir) {
+    return nlohmann::json::parse(read_file(run_dir + "/mlflow_run.json"))["run_id"].get<std::string>();
+  }
+
+  static inline test::TempDir* dir_ = nullptr;
+  static inline test::MlflowTestServer* server_ = nullptr;
+};
+
+// Everything of a run, read back by MLflow's client; the checkpoint and the folder keep the run id; evaluate
+// adds its figures and files to the same run.
+TEST_F(MlflowCliTest, TrainLogsParamsMetricsTagsArtifactsAndStatus) {
+  const std::string run = *dir_ / "plain";
+  const auto r = ranzcr("train --config " + config("plain", server_->uri()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "mlflow: logging to run")) << r.output;
+  const auto c =
+      check("run --run-dir " + run +
+            " --status FINISHED --artifacts config.yaml,metrics.jsonl,log.txt,curves/curves_loss.png"
+            " --tags mlflow.source.name,mlflow.source.git.commit,ranzcr.version,ranzcr.device,"
+            "ranzcr.world_size,ranzcr.model,mlflow.runName");
+  EXPECT_EQ(c.status, 0) << c.output;
+  EXPECT_TRUE(contains(c.output, "\"epochs\": 3")) << c.output;
+  const std::string id = run_id(run);
+  EXPECT_EQ(read_checkpoint_meta(run + "/checkpoints/last.pt").mlflow_run_id, id);
+  EXPECT_EQ(read_checkpoint_meta(run + "/checkpoints/best.pt").mlflow_run_id, id);
+  EXPECT_FALSE(fs::exists(run + "/mlflow_spool.jsonl"));
+
+  const auto e = ranzcr("evaluate --checkpoint " + run + "/checkpoints/best.pt --out " +
+                        *dir_ / "plain_eval/eval.json --bootstrap 0 --mlflow-run " + id);
+  ASSERT_EQ(e.status, 0) << e.output;
+  const auto ec = check("eval --run-id " + id + " --json " + *dir_ / "plain_eval/eval.json");
+  EXPECT_EQ(ec.status, 0) << ec.output;
+}
+
+// SIGTERM mid-run: status KILLED; the same command again continues the same MLflow run (no second run), and
+// its history has every epoch exactly once, equal to metrics.jsonl.
+TEST_F(MlflowCliTest, SigtermIsKilledAndTheResumeContinuesTheSameRun) {
+  const std::string run = *dir_ / "killed";
+  const std::string cfg =
+      config("killed", server_->uri(),
+             {{"model.name", "resnet18"}, {"train.epochs", "4"}, {"output.mlflow_experiment", "killed"}});
+  const pid_t pid = test::spawn({"train", "--config", cfg}, {}, run + ".log");
+  ASSERT_TRUE(test::wait_for_text(run + ".log", "epoch 2/4 step", 300)) << read_file(run + ".log");
+  ::kill(pid, SIGTERM);
+  ASSERT_EQ(test::wait_exit(pid, 120), 128 + SIGTERM) << read_file(run + ".log");
+  const std::string id = run_id(run);
+  const auto killed = check("run --run-dir " + run + " --status KILLED");
+  EXPECT_EQ(killed.status, 0) << killed.output << read_file(run + ".log");
+
+  const auto again = ranzcr("train --config " + cfg);
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "mlflow: continuing run " + id)) << again.output;
+  EXPECT_EQ(run_id(run), id);
+  const auto done = check("run --run-dir " + run + " --status FINISHED");
+  EXPECT_EQ(done.status, 0) << done.output;
+  EXPECT_TRUE(contains(done.output, "\"epochs\": 4")) << done.output;
+  const auto runs = check("runs --experiment killed");
+  EXPECT_TRUE(contains(runs.output, "{\"runs\": 1}")) << runs.output;
+}
+
+// cv: one parent run with the out-of-fold AUC, one child run per fold.
+TEST_F(MlflowCliTest, CvLogsAParentWithOneChildPerFold) {
+  const auto r =
+      ranzcr("cv --config " + config("cv", server_->uri(), {{"data.folds", "3"}, {"train.epochs", "1"}}));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto c = check("cv --run-dir " + *dir_ / "cv" + " --folds 3");
+  EXPECT_EQ(c.status, 0) << c.output;
+  EXPECT_TRUE(contains(c.output, "\"children\": 3")) << c.output;
+}
+
+// The server stops after the first epoch: training goes on to the end (exit 0) with one warning, the
+// requests wait in the spool, and `ranzcr mlflow-sync` sends them once the server is back: the record is
+// then complete (every epoch equal to metrics.jsonl, FINISHED).
+TEST_F(MlflowCliTest, ServerStoppedMidRunIsCompletedByMlflowSync) {
+  test::MlflowTestServer server;  // its own: this test stops it
+  const std::string run = *dir_ / "offline";
+  const std::string cfg =
+      config("offline", server.uri(), {{"model.name", "resnet18"}, {"train.epochs", "4"}});
+  const pid_t pid = test::spawn({"train", "--config", cfg}, {}, run + ".log");
+  ASSERT_TRUE(test::wait_for_text(run + ".log", "epoch 2/4 step", 300)) << read_file(run + ".log");
+  server.stop();
+  ASSERT_EQ(test::wait_exit(pid, 300), 0) << read_file(run + ".log");
+  const std::string log = read_file(run + ".log");
+  EXPECT_TRUE(contains(log, "ranzcr mlflow-sync " + run)) << log;
+  ASSERT_TRUE(fs::exists(run + "/mlflow_spool.jsonl"));
+  EXPECT_EQ(test::trained_epochs(run), (std::vector<int64_t>{1, 2, 3, 4}));
+
+  const auto early = ranzcr("mlflow-sync " + run);  // still down: an error, the spool kept
+  EXPECT_NE(early.status, 0) << early.output;
+  EXPECT_EQ(test::error_lines(early.output).size(), 1u) << early.output;
+  EXPECT_TRUE(fs::exists(run + "/mlflow_spool.jsonl"));
+
+  server.start();
+  const auto sync = ranzcr("mlflow-sync " + run);
+  ASSERT_EQ(sync.status, 0) << sync.output;
+  EXPECT_FALSE(fs::exists(run + "/mlflow_spool.jsonl"));
+  const auto c = python(server, "tests/apps/mlflow_run_check.py run --run-dir " + run +
+                                    " --status FINISHED --artifacts config.yaml,metrics.jsonl");
+  EXPECT_EQ(c.status, 0) << c.output;
+}
+
+// No server at start: one error line and no training (output.mlflow_required: true, the default); with
+// output.mlflow_required: false a warning and a run without tracking. Bad URIs are config errors.
+TEST_F(MlflowCliTest, AServerThatIsNotThereIsOneLineAtStart) {
+  const std::string nobody = "http://127.0.0.1:" + std::to_string(test::free_port());
+  const auto r = ranzcr("train --config " + config("absent", nobody));
+  EXPECT_NE(r.status, 0) << r.output;
+  const auto errors = test::error_lines(r.output);
+  ASSERT_EQ(errors.size(), 1u) << r.output;
+  EXPECT_TRUE(contains(errors[0], "output.mlflow") && contains(errors[0], nobody)) << errors[0];
+  EXPECT_FALSE(fs::exists(*dir_ / "absent/metrics.jsonl"));
+
+  const auto relaxed =
+      ranzcr("train --config " +
+             config("relaxed", nobody, {{"output.mlflow_required", "false"}, {"train.epochs", "1"}}));
+  EXPECT_EQ(relaxed.status, 0) << relaxed.output;
+  EXPECT_TRUE(contains(relaxed.output, "training without MLflow tracking")) << relaxed.output;
+
+  for (const std::string& bad : {"ftp://host:5000", "http://user:secret@host:5000"}) {
+    const auto b = ranzcr("train --config " + config("bad", bad));
+    EXPECT_NE(b.status, 0);
+    ASSERT_EQ(test::error_lines(b.output).size(), 1u) << b.output;
+    EXPECT_TRUE(contains(b.output, "output.mlflow")) << b.output;
+    EXPECT_FALSE(contains(b.output, "secret")) << b.output;
+  }
+  const auto env = test::run_command("env -u MLFLOW_TRACKING_URI " + std::string(RANZCR_BINARY) +
+                                     " train --config " + config("env", "env") + " 2>&1");
+  EXPECT_NE(env.status, 0);
+  EXPECT_TRUE(contains(env.output, "MLFLOW_TRACKING_URI is not set")) << env.output;
+}
+
+// The MLflow UI (served by the same server over the same store) draws the run's metric charts: a screenshot
+// in headless Chromium (kept in RANZCR_SCREENSHOT_DIR when set).
+TEST_F(MlflowCliTest, TheMlflowUiShowsTheRunsCharts) {
+  const std::string run = *dir_ / "ui";
+  const auto r = ranzcr("train --config " + config("ui", server_->uri()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json record = nlohmann::json::parse(read_file(run + "/mlflow_run.json"));
+  const char* keep = std::getenv("RANZCR_SCREENSHOT_DIR");
+  const std::string shot = keep ? std::string(keep) + "/mlflow_ui.png" : *dir_ / "mlflow_ui.png";
+  const auto c = python(*server_, "tests/apps/mlflow_ui_check.py --url " + server_->uri() +
+                                      " --experiment-id " + record["experiment_id"].get<std::string>() +
+                                      " --run-id " + record["run_id"].get<std::string>() +
+                                      " --metrics val_auc_mean,train_loss,val_loss --screenshot " + shot +
+                                      " --json " + *dir_ / "ui.json");
+  if (c.status == 77) RANZCR_SKIP_WITHOUT_REFERENCE("no browser for the MLflow UI test: " << c.output);
+  EXPECT_EQ(c.status, 0) << c.output;
+  EXPECT_TRUE(fs::file_size(shot) > 10000) << shot;
+}
+
+}  // namespace
+}  // namespace ranzcr
