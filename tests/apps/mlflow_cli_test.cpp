@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/io/checkpoint.h"
+#include "engine/report/mlflow_run.h"
 #include "tests/mlflow_server.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -74,11 +75,15 @@ class MlflowCliTest : public ::testing::Test {
   static inline test::MlflowTestServer* server_ = nullptr;
 };
 
-// Everything of a run, read back by MLflow's client; the checkpoint and the folder keep the run id; evaluate
-// adds its figures and files to the same run.
+// Everything of a run, read back by MLflow's client; the checkpoint and the folder keep the run id; the
+// credentials of the environment reach no file; evaluate adds its figures and files to the model's own run,
+// or with --mlflow-run to another one.
 TEST_F(MlflowCliTest, TrainLogsParamsMetricsTagsArtifactsAndStatus) {
   const std::string run = *dir_ / "plain";
-  const auto r = ranzcr("train --config " + config("plain", server_->uri()));
+  const std::string secret = "pw-never-written-0451";
+  const auto r =
+      test::run_command("MLFLOW_TRACKING_USERNAME=alice MLFLOW_TRACKING_PASSWORD=" + secret + " " +
+                        RANZCR_BINARY + " train --config " + config("plain", server_->uri()) + " 2>&1");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "mlflow: logging to run")) << r.output;
   const auto c =
@@ -92,12 +97,71 @@ TEST_F(MlflowCliTest, TrainLogsParamsMetricsTagsArtifactsAndStatus) {
   EXPECT_EQ(read_checkpoint_meta(run + "/checkpoints/last.pt").mlflow_run_id, id);
   EXPECT_EQ(read_checkpoint_meta(run + "/checkpoints/best.pt").mlflow_run_id, id);
   EXPECT_FALSE(fs::exists(run + "/mlflow_spool.jsonl"));
+  EXPECT_FALSE(contains(r.output, secret));
+  for (const auto& entry : fs::recursive_directory_iterator(run))
+    if (entry.is_regular_file())
+      EXPECT_FALSE(contains(read_file(entry.path().string()), secret)) << entry.path();
 
+  // The model's config logs to MLflow: evaluate adds to its run.
   const auto e = ranzcr("evaluate --checkpoint " + run + "/checkpoints/best.pt --out " +
-                        *dir_ / "plain_eval/eval.json --bootstrap 0 --mlflow-run " + id);
+                        *dir_ / "plain_eval/eval.json --bootstrap 0");
   ASSERT_EQ(e.status, 0) << e.output;
   const auto ec = check("eval --run-id " + id + " --json " + *dir_ / "plain_eval/eval.json");
   EXPECT_EQ(ec.status, 0) << ec.output;
+
+  // --mlflow-run: another run (here one made with the client), not the model's.
+  tracking::MlflowClient client(tracking::MlflowServer{server_->uri()});
+  const std::string other = client.create_run(client.experiment_id("plain"), "evaluations", 0, {}).run_id;
+  const auto o = ranzcr("evaluate --checkpoint " + run + "/checkpoints/best.pt --out " +
+                        *dir_ / "other_eval/eval.json --bootstrap 0 --mlflow-run " + other);
+  ASSERT_EQ(o.status, 0) << o.output;
+  const auto oc = check("eval --run-id " + other + " --json " + *dir_ / "other_eval/eval.json");
+  EXPECT_EQ(oc.status, 0) << oc.output;
+  const auto missing =
+      ranzcr("evaluate --checkpoint " + run +
+             "/checkpoints/best.pt --bootstrap 0 --mlflow-run 0123456789abcdef0123456789abcdef");
+  EXPECT_NE(missing.status, 0);
+  EXPECT_EQ(test::error_lines(missing.output).size(), 1u) << missing.output;
+}
+
+// A run that ends in an error (a diverged loss) is FAILED; its epochs so far are there.
+TEST_F(MlflowCliTest, ARunThatFailsIsFailed) {
+  const std::string run = *dir_ / "diverged";
+  const auto r = ranzcr("train --config " +
+                        config("diverged", server_->uri(), {{"optim.lr", "1e8"}, {"optim.grad_clip", "0"}}));
+  ASSERT_NE(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "error: training diverged")) << r.output;
+  const auto c = check("run --run-dir " + run + " --status FAILED");
+  EXPECT_EQ(c.status, 0) << c.output;
+}
+
+// A config value longer than MLflow takes (6000 characters) is the artifact params/<key>.txt, not a
+// parameter.
+TEST_F(MlflowCliTest, LongValuesBecomeArtifacts) {
+  Config config;
+  config.output.mlflow = server_->uri();
+  config.output.mlflow_experiment = "long";
+  config.data.train_csv = std::string(7000, 'x') + ".csv";
+  MlflowSetup setup;
+  setup.server.uri = server_->uri();
+  MlflowStart start;
+  start.run_dir = *dir_ / "long";
+  start.command = "train";
+  fs::create_directories(start.run_dir);
+  RunLog log(false);
+  std::string id;
+  {
+    auto run = MlflowRun::open(config, setup, start, log);
+    ASSERT_TRUE(run);
+    id = run->run_id();
+    run->end(tracking::RunStatus::kFinished);
+  }
+  const auto c = python(
+      *server_, "tests/apps/mlflow_run_check.py param-artifact --run-id " + id + " --key data.train_csv");
+  ASSERT_EQ(c.status, 0) << c.output;
+  EXPECT_TRUE(contains(c.output, "\"length\": 7004")) << c.output;
+  EXPECT_TRUE(contains(c.output, "\"param\": null")) << c.output;
+  EXPECT_TRUE(contains(c.output, "\"data.image_size\": \"256\"")) << c.output;
 }
 
 // SIGTERM mid-run: status KILLED; the same command again continues the same MLflow run (no second run), and

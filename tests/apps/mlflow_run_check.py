@@ -15,6 +15,9 @@ Subcommands (the server: MLFLOW_TRACKING_URI):
        artifacts under evaluate/.
   runs --experiment NAME
        prints the number of runs in the experiment.
+  param-artifact --run-id ID --key KEY
+       prints the parameter KEY (null when absent), the length of the artifact params/KEY.txt, and
+       data.image_size's parameter.
 
 Prints one JSON summary line; exit status 0 when every check holds, 1 (a line starting "FAIL: ") otherwise.
 """
@@ -136,7 +139,7 @@ def check_run(client, run_dir, status, artifacts, tags):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("command", choices=["run", "cv", "eval", "runs"])
+    ap.add_argument("command", choices=["run", "cv", "eval", "runs", "param-artifact"])
     ap.add_argument("--run-dir")
     ap.add_argument("--status", default="FINISHED")
     ap.add_argument("--artifacts", default="")
@@ -145,6 +148,7 @@ def main():
     ap.add_argument("--run-id")
     ap.add_argument("--json")
     ap.add_argument("--experiment")
+    ap.add_argument("--key")
     args = ap.parse_args()
     client = MlflowClient()
     listed = lambda s: [x for x in s.split(",") if x]
@@ -185,6 +189,13 @@ def main():
         for a in (name, "roc.png", "pr.png", "operating_points.csv"):
             check("evaluate/" + a in paths, f"artifact evaluate/{a} missing (has {paths})")
         summary = {"eval_auc_mean": m.get("eval_auc_mean"), "artifacts": paths}
+    elif args.command == "param-artifact":
+        run = client.get_run(args.run_id)
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(client.download_artifacts(args.run_id, f"params/{args.key}.txt", tmp)) as f:
+                length = len(f.read())
+        summary = {"param": run.data.params.get(args.key), "length": length,
+                   "data.image_size": run.data.params.get("data.image_size")}
     else:
         experiment = client.get_experiment_by_name(args.experiment)
         runs = client.search_runs([experiment.experiment_id]) if experiment else []

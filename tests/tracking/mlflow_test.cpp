@@ -328,7 +328,8 @@ TEST_F(Mlflow, SpoolWhileServerIsDownThenReplay) {
   logger.set_status(RunStatus::kFinished, kT0 + 5000);
   const auto t = Clock::now();
   logger.close(5);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(), 5.5);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(),
+            10.0);  // its 5 s, and slack for a loaded machine
   EXPECT_EQ(warnings.all().size(), 1u);
   EXPECT_EQ(warnings.count("no answer"), 1) << warnings.all().size();
   const int lines = count_lines(o.spool_path);
@@ -409,12 +410,13 @@ TEST(RunLoggerOffline, CloseInterruptsTheBackoffAndSpools) {
   std::this_thread::sleep_for(std::chrono::milliseconds(800));  // in its backoff by now
   auto t = Clock::now();
   logger->close(1);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(), 1.5);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(),
+            5.0);  // 1 s, and slack for a loaded machine (not its 120 s)
   EXPECT_EQ(logger->spooled(), 2);
   logger->log_metrics(loss_curve("loss", 5, 5));  // after close: ignored
   t = Clock::now();
   logger.reset();
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(), 2.0);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(), 5.0);
   EXPECT_EQ(count_lines(o.spool_path), 2);
   EXPECT_EQ(warnings.count("not done after 1 s; 2 requests spooled"), 1) << warnings.all().size();
   // Its lines: self-contained requests.
@@ -458,11 +460,12 @@ TEST(RunLoggerOffline, CloseAbandonsTheCallInFlight) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // sent, waiting for an answer
   auto t = Clock::now();
   logger->close(0.5);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(), 1.0);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(),
+            5.0);  // 0.5 s and slack, not the call's 60 s
   EXPECT_EQ(logger->spooled(), 1);
   t = Clock::now();
   logger.reset();  // joins its thread: the call is cancelled, not waited for (60 s)
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(), 3.0);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t).count(), 8.0);
   EXPECT_EQ(count_lines(o.spool_path), 1);
   ::close(fd);
 }
