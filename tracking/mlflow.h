@@ -134,6 +134,11 @@ class RunLogger {
   void close(double timeout_s);
   /// Requests written to the spool file by this logger so far.
   int64_t spooled() const;
+  /// Requests the server took so far (log-batch calls, status updates, uploads).
+  int64_t sent() const;
+  /// CPU seconds its thread has used so far (what the logging costs the process beside the caller's own
+  /// calls).
+  double cpu_seconds() const;
 
  private:
   struct State;

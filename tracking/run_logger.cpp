@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include <time.h>
+
 #include <nlohmann/json.hpp>
 
 #include "tracking/mlflow.h"
@@ -98,6 +100,13 @@ std::string seconds(double s) {
   return text;
 }
 
+// This thread's CPU time so far.
+int64_t thread_cpu_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -121,6 +130,8 @@ struct RunLogger::State {
   Clock::time_point probe_at;  // ... until then
   std::atomic<bool> abandon{false};  // close() timed out: stop, cancel the call in flight
   std::atomic<int64_t> spooled{0};
+  std::atomic<int64_t> sent{0};
+  std::atomic<int64_t> cpu_ns{0};  // the worker's CPU time, updated after each request and at its end
   std::thread worker;
 
   State(MlflowClient c, RunInfo r, RunLoggerOptions o)
@@ -222,6 +233,7 @@ void RunLogger::State::deliver(const json& request) {
   for (double delay = 0.25;; delay *= 2) {
     try {
       detail::send_request(client, request);
+      ++sent;
       spooling = false;
       return;
     } catch (const MlflowError& e) {
@@ -254,10 +266,12 @@ void RunLogger::State::work() {
     const json request = current;
     lock.unlock();
     deliver(request);
+    cpu_ns = thread_cpu_ns();
     lock.lock();
     busy = false;
     cv.notify_all();
   }
+  cpu_ns = thread_cpu_ns();
   worker_done = true;
   cv.notify_all();
 }
@@ -349,6 +363,14 @@ void RunLogger::close(double timeout_s) {
 
 int64_t RunLogger::spooled() const {
   return state_->spooled;
+}
+
+int64_t RunLogger::sent() const {
+  return state_->sent;
+}
+
+double RunLogger::cpu_seconds() const {
+  return static_cast<double>(state_->cpu_ns) / 1e9;
 }
 
 }  // namespace ranzcr::tracking

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -132,6 +133,8 @@ class EpochMetrics : public MetricsWriter {
 }  // namespace
 
 struct MlflowRun::State {
+  State(const MlflowSetup& setup, RunLog& l, std::string spool_file)
+      : client(setup.server), log(l), close_timeout_s(setup.close_timeout_s), spool(std::move(spool_file)) {}
   MlflowClient client;
   RunLog& log;
   double close_timeout_s = 15;
@@ -209,8 +212,8 @@ void log_missing_params(RunLogger& logger, const RunInfo& run, const std::vector
 std::unique_ptr<MlflowRun> MlflowRun::open(const Config& config, const MlflowSetup& setup,
                                            const MlflowStart& start, RunLog& log) {
   if (config.output.mlflow.empty()) return nullptr;
-  auto s = std::make_unique<State>(State{MlflowClient(setup.server), log, setup.close_timeout_s,
-                                         run_folder::mlflow_spool_file(start.run_dir)});
+  const auto opened = std::chrono::steady_clock::now();
+  auto s = std::make_unique<State>(setup, log, run_folder::mlflow_spool_file(start.run_dir));
   const std::string& uri = setup.server.uri;
   const std::string experiment = experiment_name(config);
   RunInfo run;
@@ -255,16 +258,18 @@ std::unique_ptr<MlflowRun> MlflowRun::open(const Config& config, const MlflowSet
   } else {
     log_new_params(*s->logger, params, start.run_dir);
   }
+  char took[48];
+  std::snprintf(took, sizeof took, " (%.2f s)",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - opened).count());
   log.info("mlflow: " + std::string(continued ? "continuing" : "logging to") + " run " + run.run_id +
            " of experiment '" + experiment + "': " + uri + "/#/experiments/" + run.experiment_id + "/runs/" +
-           run.run_id);
+           run.run_id + took);
   return std::unique_ptr<MlflowRun>(new MlflowRun(std::move(s)));
 }
 
 std::unique_ptr<MlflowRun> MlflowRun::attach(const MlflowSetup& setup, const std::string& run_id,
                                              const std::string& spool_dir, RunLog& log) {
-  auto s = std::make_unique<State>(State{MlflowClient(setup.server), log, setup.close_timeout_s,
-                                         run_folder::mlflow_spool_file(spool_dir)});
+  auto s = std::make_unique<State>(setup, log, run_folder::mlflow_spool_file(spool_dir));
   s->attached = true;
   RunInfo run;
   try {
@@ -302,7 +307,16 @@ void MlflowRun::end(std::optional<tracking::RunStatus> status) {
   if (s.ended) return;
   s.ended = true;
   if (status && !s.attached) s.logger->set_status(*status, now_ms());
+  const auto start = std::chrono::steady_clock::now();
   s.logger->close(s.close_timeout_s);
+  char cost[160];
+  std::snprintf(
+      cost, sizeof cost,
+      "mlflow: %lld requests sent (%.3f s of the logger thread's CPU; %.2f s waited for delivery at the "
+      "end)",
+      static_cast<long long>(s.logger->sent()), s.logger->cpu_seconds(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  s.log.info(cost);
   if (const int64_t n = s.logger->spooled(); n > 0)
     s.log.warn("mlflow: " + std::to_string(n) + " requests did not reach " + s.client.server().uri +
                " and wait in " + s.spool + "; send them with: ranzcr mlflow-sync " +

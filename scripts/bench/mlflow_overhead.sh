@@ -48,19 +48,29 @@ stop_server() { [ -n "$SERVER_PID" ] && kill -TERM -- "-$SERVER_PID" 2>/dev/null
 trap stop_server EXIT
 start_server
 
-# run NAME MLFLOW_URI: trains into $OUT/NAME; prints "NAME wall_s images_per_sec".
+# The server's processes' CPU seconds so far (its process group).
+server_cpu() {
+  local ticks=0 p
+  for p in $(pgrep -g "$SERVER_PID" 2>/dev/null); do
+    ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$ticks $(getconf CLK_TCK)" | awk '{printf "%.2f", $1 / $2}'
+}
+
+# run NAME MLFLOW_URI: trains into $OUT/NAME; prints "NAME wall_s images_per_sec server_cpu_s".
 run() {
-  local name=$1 uri=$2 t0 t1
+  local name=$1 uri=$2 t0 t1 c0
+  c0=$(server_cpu)
   t0=$(date +%s.%N)
   "$BIN" train --config "$CONFIG" "${SETS[@]}" --set output.dir="$OUT/$name" --set "output.mlflow=\"$uri\"" \
     > "$OUT/$name.log" 2>&1
   t1=$(date +%s.%N)
-  "$PY" - "$OUT/$name" "$name" "$t0" "$t1" <<'EOF'
+  "$PY" - "$OUT/$name" "$name" "$t0" "$t1" "$c0" "$(server_cpu)" <<'EOF'
 import json, sys
-run, name, t0, t1 = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+run, name, t0, t1, c0, c1 = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:7])
 rows = [json.loads(l) for l in open(run + "/metrics.jsonl") if l.strip()]
 later = [r["images_per_sec"] for r in rows[1:]] or [rows[0]["images_per_sec"]]
-print(f"{name} {t1 - t0:.1f} {sum(later) / len(later):.1f}")
+print(f"{name} {t1 - t0:.1f} {sum(later) / len(later):.1f} {max(0.0, c1 - c0):.2f}")
 EOF
 }
 
@@ -96,13 +106,24 @@ MLFLOW_TRACKING_URI=$URI "$PY" -W ignore tests/apps/mlflow_run_check.py run --ru
 
 "$PY" - "$RESULTS" "$OUT/mlflow_overhead.md" "$CONFIG" "$REPEATS" <<'EOF'
 import statistics, sys
+import os, re
 lines = [l.split() for l in open(sys.argv[1])]
-rows = {l[0]: (float(l[1]), float(l[2])) for l in lines if len(l) == 3 and l[0].split("-")[0] in ("off", "on", "offline")}
+rows = {l[0]: tuple(map(float, l[1:4])) for l in lines if len(l) == 4 and l[0].split("-")[0] in ("off", "on", "offline")}
+# What the run's own log says tracking took: set-up (blocking, at start), the logger thread's CPU, the wait
+# for delivery at the end.
+def costs(name):
+    text = open(os.path.join(os.path.dirname(sys.argv[2]), name + ".log"), errors="replace").read()
+    setup = re.search(r"mlflow: logging to run \S+ of experiment .*\(([0-9.]+) s\)", text)
+    end = re.search(r"mlflow: (\d+) requests sent \(([0-9.]+) s of the logger thread's CPU; ([0-9.]+) s waited", text)
+    if not setup or not end:
+        return ""
+    return f"{setup.group(1)} s set-up, {end.group(1)} requests, {end.group(2)} s logger CPU, {end.group(3)} s end wait"
 def med(prefix, i):
     return statistics.median(v[i] for k, v in rows.items() if k.startswith(prefix + "-"))
 out = [f"`scripts/bench/mlflow_overhead.sh --config {sys.argv[3]} --repeats {sys.argv[4]}`", "",
-       "| run | wall s | images/s (epochs 2..N) |", "|---|---|---|"]
-out += [f"| {k} | {w:.1f} | {i:.1f} |" for k, (w, i) in rows.items()]
+       "| run | wall s | images/s (epochs 2..N) | server CPU s | tracking's own figures (the run's log) |",
+       "|---|---|---|---|---|"]
+out += [f"| {k} | {w:.1f} | {i:.1f} | {c:.2f} | {costs(k)} |" for k, (w, i, c) in rows.items()]
 pairs = sorted({k.split("-")[1] for k in rows if k.startswith("on-")})
 out += ["", "per pair on/off, images/s: " + ", ".join(
     f"{rows['on-' + p][1] / rows['off-' + p][1]:.3f}x" for p in pairs if "off-" + p in rows)]
