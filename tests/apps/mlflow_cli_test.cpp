@@ -168,13 +168,17 @@ TEST_F(MlflowCliTest, LongValuesBecomeArtifacts) {
 // its history has every epoch exactly once, equal to metrics.jsonl.
 TEST_F(MlflowCliTest, SigtermIsKilledAndTheResumeContinuesTheSameRun) {
   const std::string run = *dir_ / "killed";
-  const std::string cfg =
-      config("killed", server_->uri(),
-             {{"model.name", "resnet18"}, {"train.epochs", "4"}, {"output.mlflow_experiment", "killed"}});
+  const std::string cfg = config("killed", server_->uri(),
+                                 {{"model.name", "resnet18"},
+                                  {"train.epochs", "3"},
+                                  {"data.image_size", "48"},
+                                  {"output.mlflow_experiment", "killed"}});
   const pid_t pid = test::spawn({"train", "--config", cfg}, {}, run + ".log");
-  ASSERT_TRUE(test::wait_for_text(run + ".log", "epoch 2/4 step", 300)) << read_file(run + ".log");
+  ASSERT_TRUE(test::wait_for_text(run + ".log", "epoch 2/3 step", 300)) << read_file(run + ".log");
   ::kill(pid, SIGTERM);
   ASSERT_EQ(test::wait_exit(pid, 120), 128 + SIGTERM) << read_file(run + ".log");
+  const std::string log = read_file(run + ".log");
+  EXPECT_TRUE(contains(log, "stopped at epoch 2 batch") || contains(log, "stopped after epoch 2")) << log;
   const std::string id = run_id(run);
   const auto killed = check("run --run-dir " + run + " --status KILLED");
   EXPECT_EQ(killed.status, 0) << killed.output << read_file(run + ".log");
@@ -185,7 +189,7 @@ TEST_F(MlflowCliTest, SigtermIsKilledAndTheResumeContinuesTheSameRun) {
   EXPECT_EQ(run_id(run), id);
   const auto done = check("run --run-dir " + run + " --status FINISHED");
   EXPECT_EQ(done.status, 0) << done.output;
-  EXPECT_TRUE(contains(done.output, "\"epochs\": 4")) << done.output;
+  EXPECT_TRUE(contains(done.output, "\"epochs\": 3")) << done.output;
   const auto runs = check("runs --experiment killed");
   EXPECT_TRUE(contains(runs.output, "{\"runs\": 1}")) << runs.output;
 }
@@ -207,15 +211,16 @@ TEST_F(MlflowCliTest, ServerStoppedMidRunIsCompletedByMlflowSync) {
   test::MlflowTestServer server;  // its own: this test stops it
   const std::string run = *dir_ / "offline";
   const std::string cfg =
-      config("offline", server.uri(), {{"model.name", "resnet18"}, {"train.epochs", "4"}});
+      config("offline", server.uri(),
+             {{"model.name", "resnet18"}, {"train.epochs", "3"}, {"data.image_size", "48"}});
   const pid_t pid = test::spawn({"train", "--config", cfg}, {}, run + ".log");
-  ASSERT_TRUE(test::wait_for_text(run + ".log", "epoch 2/4 step", 300)) << read_file(run + ".log");
+  ASSERT_TRUE(test::wait_for_text(run + ".log", "epoch 2/3 step", 300)) << read_file(run + ".log");
   server.stop();
   ASSERT_EQ(test::wait_exit(pid, 300), 0) << read_file(run + ".log");
   const std::string log = read_file(run + ".log");
   EXPECT_TRUE(contains(log, "ranzcr mlflow-sync " + run)) << log;
   ASSERT_TRUE(fs::exists(run + "/mlflow_spool.jsonl"));
-  EXPECT_EQ(test::trained_epochs(run), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(test::trained_epochs(run), (std::vector<int64_t>{1, 2, 3}));
 
   const auto early = ranzcr("mlflow-sync " + run);  // still down: an error, the spool kept
   EXPECT_NE(early.status, 0) << early.output;
