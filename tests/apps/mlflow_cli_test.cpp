@@ -208,7 +208,7 @@ TEST_F(MlflowCliTest, CvLogsAParentWithOneChildPerFold) {
 // requests wait in the spool, and `ranzcr mlflow-sync` sends them once the server is back: the record is
 // then complete (every epoch equal to metrics.jsonl, FINISHED).
 TEST_F(MlflowCliTest, ServerStoppedMidRunIsCompletedByMlflowSync) {
-  test::MlflowTestServer server;  // its own: this test stops it
+  test::MlflowTestServer& server = *server_;  // stopped and started again on its port and store
   const std::string run = *dir_ / "offline";
   const std::string cfg =
       config("offline", server.uri(),
