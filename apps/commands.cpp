@@ -137,7 +137,7 @@ void track_evaluation(const EvalArgs& args, const Config& c, const std::vector<s
       metrics.emplace_back("eval_" + key, value);
     run->log_metrics(metrics, epoch);
     for (const auto& file : report.files) run->log_artifact(file, "evaluate");
-    run->end(std::nullopt);
+    run->finish(std::nullopt);
   } catch (const std::runtime_error& e) {
     if (!args.mlflow_run.empty()) throw;
     log.warn(std::string("evaluate: not logged to the model's MLflow run: ") + e.what());
@@ -169,7 +169,7 @@ void end_cv_run(MlflowRun& run, const Config& c) {
   run.log_artifact(run_folder::config_file(c.output.dir));
   run.log_artifact(report);
   run.log_artifact(run_folder::out_of_fold_file(c.output.dir));
-  run.end(tracking::RunStatus::kFinished);
+  run.finish(tracking::RunStatus::kFinished);
 }
 
 int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
@@ -384,7 +384,7 @@ int run_cv(const CvArgs& args) {
       options.mlflow = &folds;
     }
     if (const int sig = train_folds(c, collectives, log, options)) {
-      if (parent) parent->end(tracking::RunStatus::kKilled);
+      if (parent) parent->finish(tracking::RunStatus::kKilled);
       return 128 + sig;
     }
     if (!collectives.is_main()) return 0;

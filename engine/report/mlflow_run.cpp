@@ -165,7 +165,8 @@ MlflowRun::MlflowRun(std::unique_ptr<State> state) : state_(std::move(state)) {}
 MlflowRun::~MlflowRun() {
   if (!state_ || state_->ended) return;
   try {
-    end(state_->attached ? std::nullopt : std::optional<tracking::RunStatus>(tracking::RunStatus::kFailed));
+    finish(state_->attached ? std::nullopt
+                            : std::optional<tracking::RunStatus>(tracking::RunStatus::kFailed));
   } catch (const std::exception&) {
   }
 }
@@ -302,7 +303,7 @@ void MlflowRun::log_artifact(const std::string& path, const std::string& dir) {
   if (fs::exists(path)) state_->logger->log_artifact(fs::absolute(path).string(), dir);
 }
 
-void MlflowRun::end(std::optional<tracking::RunStatus> status) {
+void MlflowRun::finish(std::optional<tracking::RunStatus> status) {
   State& s = *state_;
   if (s.ended) return;
   s.ended = true;

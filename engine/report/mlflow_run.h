@@ -50,7 +50,7 @@ class MlflowRun {
   /// std::runtime_error when the server does not answer or has no such run.
   static std::unique_ptr<MlflowRun> attach(const MlflowSetup& setup, const std::string& run_id,
                                            const std::string& spool_dir, RunLog& log);
-  ~MlflowRun();  // not ended: status FAILED (an exception unwound the run)
+  ~MlflowRun();  // not finished: status FAILED (an exception unwound the run)
   MlflowRun(const MlflowRun&) = delete;
   MlflowRun& operator=(const MlflowRun&) = delete;
 
@@ -63,7 +63,7 @@ class MlflowRun {
   void log_artifact(const std::string& path, const std::string& dir = "");
   /// Sets the status (none for an attached run), then waits for delivery at most close_timeout_s; what is
   /// left goes to the spool (a warning names `ranzcr mlflow-sync`).
-  void end(std::optional<tracking::RunStatus> status);
+  void finish(std::optional<tracking::RunStatus> status);
 
  private:
   struct State;

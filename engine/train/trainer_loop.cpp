@@ -28,7 +28,7 @@ void Trainer::end_mlflow() {
   mlflow_->log_artifact(run_folder::metrics_file(out_dir_));
   mlflow_->log_artifact(run_folder::log_file(out_dir_));
   for (const auto& png : run_folder::curves_files(out_dir_)) mlflow_->log_artifact(png, "curves");
-  mlflow_->end(summary_.stopped_by_signal ? tracking::RunStatus::kKilled : tracking::RunStatus::kFinished);
+  mlflow_->finish(summary_.stopped_by_signal ? tracking::RunStatus::kKilled : tracking::RunStatus::kFinished);
 }
 
 TrainSummary Trainer::fit_epochs() {

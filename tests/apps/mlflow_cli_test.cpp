@@ -154,7 +154,7 @@ TEST_F(MlflowCliTest, LongValuesBecomeArtifacts) {
     auto run = MlflowRun::open(config, setup, start, log);
     ASSERT_TRUE(run);
     id = run->run_id();
-    run->end(tracking::RunStatus::kFinished);
+    run->finish(tracking::RunStatus::kFinished);
   }
   const auto c = python(
       *server_, "tests/apps/mlflow_run_check.py param-artifact --run-id " + id + " --key data.train_csv");
