@@ -15,14 +15,13 @@ console), 77 cannot run here (no selenium, chromium or chromedriver), so the cal
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 
-SKIP = 77
+from headless_chromium import fail, start_chromium
 
 CARD = '[data-testid="experiment-view-compare-runs-card"]'
 
@@ -108,25 +107,6 @@ return t ? {text: t.textContent.trim(), id: t.id || ''} : null;
 """
 
 
-def skip(reason):
-    print("SKIP: " + reason)
-    sys.exit(SKIP)
-
-
-def fail(reason):
-    print("FAIL: " + reason)
-    sys.exit(1)
-
-
-def find_binary(candidates, names):
-    for path in candidates:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    for name in names:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
 
 
 def rest_run(root, run_id):
@@ -175,32 +155,10 @@ def main():
         if rest_eid is not None and str(rest_eid) != str(args.experiment_id):
             fail(f"run {args.run_id} belongs to experiment {rest_eid}, not {args.experiment_id}")
 
-    try:
-        from selenium import webdriver
-        from selenium.common.exceptions import TimeoutException, WebDriverException
-        from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support.ui import WebDriverWait
-    except ImportError as e:
-        skip(f"selenium is not importable ({e})")
-    chromium = find_binary(["/usr/bin/chromium"], ["chromium", "chromium-browser", "google-chrome"])
-    driver_bin = find_binary(["/usr/bin/chromedriver"], ["chromedriver"])
-    if not chromium:
-        skip("no chromium found (/usr/bin/chromium)")
-    if not driver_bin:
-        skip("no chromedriver found (/usr/bin/chromedriver)")
-    os.environ["SE_OFFLINE"] = "true"  # never let Selenium Manager try a download
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={vw},{vh}",
-              "--disable-gpu", "--no-first-run", "--disable-extensions"):
-        opts.add_argument(a)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    try:
-        driver = webdriver.Chrome(service=Service(driver_bin), options=opts)
-    except WebDriverException as e:
-        skip("chromium could not start: " + str(e).strip().splitlines()[0])
+    driver = start_chromium(vw, vh)
+    from selenium.common.exceptions import TimeoutException, WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     def console():
         try:

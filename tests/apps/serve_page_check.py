@@ -12,34 +12,12 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 import time
 import urllib.error
 import urllib.request
 
-SKIP = 77
-
-
-def skip(reason):
-    print("SKIP: " + reason)
-    sys.exit(SKIP)
-
-
-def fail(reason):
-    print("FAIL: " + reason)
-    sys.exit(1)
-
-
-def find_binary(candidates, names):
-    for path in candidates:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    for name in names:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+from headless_chromium import fail, start_chromium
 
 
 def predict_json(url, image, token):
@@ -72,32 +50,10 @@ def main():
     if not os.path.isfile(image):
         fail(f"no image file {image}")
 
-    try:
-        from selenium import webdriver
-        from selenium.common.exceptions import TimeoutException, WebDriverException
-        from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support.ui import WebDriverWait
-    except ImportError as e:
-        skip(f"selenium is not importable ({e})")
-    chromium = find_binary(["/usr/bin/chromium"], ["chromium", "chromium-browser", "google-chrome"])
-    driver_bin = find_binary(["/usr/bin/chromedriver"], ["chromedriver"])
-    if not chromium:
-        skip("no chromium found (/usr/bin/chromium)")
-    if not driver_bin:
-        skip("no chromedriver found (/usr/bin/chromedriver)")
-    os.environ["SE_OFFLINE"] = "true"  # never let Selenium Manager try a download
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000",
-              "--disable-gpu", "--no-first-run", "--disable-extensions"):
-        opts.add_argument(a)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    try:
-        driver = webdriver.Chrome(service=Service(driver_bin), options=opts)
-    except WebDriverException as e:
-        skip("chromium could not start: " + str(e).strip().splitlines()[0])
+    driver = start_chromium(1280, 1000)
+    from selenium.common.exceptions import TimeoutException, WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     def console():
         try:
