@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <cerrno>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "hub/http.h"
 #include "tests/hub/fake_hub.h"
 #include "tests/process_util.h"
+#include "tests/python_worker.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -108,10 +110,10 @@ class MlflowTestServer {
   double start_seconds() const { return start_seconds_; }
 
   /// Runs tests/tracking/mlflow_check.py `args` with the venv's python, MLFLOW_TRACKING_URI set to this
-  /// server.
+  /// server: in one worker process (tests/python_worker.h) that imports MLflow's client once.
   CommandResult check(const std::string& args) const {
-    return run_command("MLFLOW_TRACKING_URI=" + uri() + " " + venv_python() + " -W ignore '" + script() +
-                       "' " + args);
+    if (!checker_) checker_ = std::make_unique<PythonWorker>(venv_python(), script(), dir_ / "check.log");
+    return checker_->call(args, {{"MLFLOW_TRACKING_URI", uri()}});
   }
   /// check() and its last output line as JSON (null, with a test failure, when it failed).
   nlohmann::json check_json(const std::string& args) const {
@@ -179,6 +181,7 @@ class MlflowTestServer {
   int port_;
   pid_t pid_ = -1;
   double start_seconds_ = 0;
+  mutable std::unique_ptr<PythonWorker> checker_;
 };
 
 }  // namespace ranzcr::test

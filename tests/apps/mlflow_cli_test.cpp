@@ -16,6 +16,7 @@
 #include "engine/report/mlflow_run.h"
 #include "tests/mlflow_server.h"
 #include "tests/process_util.h"
+#include "tests/python_worker.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -33,6 +34,8 @@ class MlflowCliTest : public ::testing::Test {
     if (test::mlflow_available()) server_ = new test::MlflowTestServer();
   }
   static void TearDownTestSuite() {
+    delete run_check_;
+    run_check_ = nullptr;
     delete server_;
     server_ = nullptr;
     delete dir_;
@@ -57,9 +60,14 @@ class MlflowCliTest : public ::testing::Test {
   static test::CommandResult ranzcr(const std::string& args) {
     return test::run_command(std::string(RANZCR_BINARY) + " " + args + " 2>&1");
   }
-  /// mlflow_run_check.py with MLflow's client on the suite's server.
+  /// mlflow_run_check.py with MLflow's client on the suite's server, in one worker process for the suite
+  /// (tests/python_worker.h: MLflow's client imported once, not once per check).
   static test::CommandResult check(const std::string& args) {
-    return python(*server_, "tests/apps/mlflow_run_check.py " + args);
+    if (!run_check_)
+      run_check_ = new test::PythonWorker(test::venv_python(),
+                                          std::string(RANZCR_SOURCE_DIR) + "/tests/apps/mlflow_run_check.py",
+                                          *dir_ / "run_check.log");
+    return run_check_->call(args, {{"MLFLOW_TRACKING_URI", server_->uri()}});
   }
   /// A script of the source tree (with its arguments) run by the .venv python, MLFLOW_TRACKING_URI
   /// `server`'s.
@@ -73,6 +81,7 @@ class MlflowCliTest : public ::testing::Test {
 
   static inline test::TempDir* dir_ = nullptr;
   static inline test::MlflowTestServer* server_ = nullptr;
+  static inline test::PythonWorker* run_check_ = nullptr;
 };
 
 // Everything of a run, read back by MLflow's client; the checkpoint and the folder keep the run id; the
@@ -156,8 +165,7 @@ TEST_F(MlflowCliTest, LongValuesBecomeArtifacts) {
     id = run->run_id();
     run->finish(tracking::RunStatus::kFinished);
   }
-  const auto c = python(
-      *server_, "tests/apps/mlflow_run_check.py param-artifact --run-id " + id + " --key data.train_csv");
+  const auto c = check("param-artifact --run-id " + id + " --key data.train_csv");
   ASSERT_EQ(c.status, 0) << c.output;
   EXPECT_TRUE(contains(c.output, "\"length\": 7004")) << c.output;
   EXPECT_TRUE(contains(c.output, "\"param\": null")) << c.output;
@@ -231,8 +239,7 @@ TEST_F(MlflowCliTest, ServerStoppedMidRunIsCompletedByMlflowSync) {
   const auto sync = ranzcr("mlflow-sync " + run);
   ASSERT_EQ(sync.status, 0) << sync.output;
   EXPECT_FALSE(fs::exists(run + "/mlflow_spool.jsonl"));
-  const auto c = python(server, "tests/apps/mlflow_run_check.py run --run-dir " + run +
-                                    " --status FINISHED --artifacts config.yaml,metrics.jsonl");
+  const auto c = check("run --run-dir " + run + " --status FINISHED --artifacts config.yaml,metrics.jsonl");
   EXPECT_EQ(c.status, 0) << c.output;
 }
 

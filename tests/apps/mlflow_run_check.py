@@ -137,7 +137,8 @@ def check_run(client, run_dir, status, artifacts, tags):
     return run, summary
 
 
-def main():
+def main(argv):
+    failures.clear()  # tests/python_worker.py calls main again in the same process
     ap = argparse.ArgumentParser()
     ap.add_argument("command", choices=["run", "cv", "eval", "runs", "param-artifact"])
     ap.add_argument("--run-dir")
@@ -149,7 +150,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--experiment")
     ap.add_argument("--key")
-    args = ap.parse_args()
+    args = ap.parse_args(argv[1:])
     client = MlflowClient()
     listed = lambda s: [x for x in s.split(",") if x]
     summary = {}
@@ -207,4 +208,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv)
