@@ -25,12 +25,12 @@
 
 #include "apps/processes.h"
 #include "apps/stop_signals.h"
+#include "core/durable_file.h"
 #include "data/synth.h"
 #include "distributed/process_group.h"
 #include "engine/infer/ensemble.h"
 #include "engine/infer/grad_cam.h"
 #include "engine/infer/inference.h"
-#include "engine/io/atomic_file.h"
 #include "engine/io/run_folder.h"
 #include "engine/io/trained_model.h"
 #include "engine/jobs/bench.h"

@@ -91,8 +91,9 @@ int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, 
                const JobBody& body) {
   const Placement placement = place_process(config, world, env);
   const torch::Device device = placement.device;
-  // Share the cores among this node's workers (torchrun sets OMP_NUM_THREADS for the same reason).
-  if (config.train.num_threads == 0)
+  // Share the cores among this node's workers, unless OMP_NUM_THREADS says how many each takes (as torchrun
+  // sets it, and as PyTorch honours it): LibTorch's default already is that number.
+  if (config.train.num_threads == 0 && env.count("OMP_NUM_THREADS") == 0)
     torch::set_num_threads(std::max(1, hardware_threads() / world.local_world_size));
   ProcessGroupOptions pgo;
   pgo.backend = *placement.backend;

@@ -43,11 +43,8 @@ std::string shown_uri(const std::string& uri);
 /// One line of JSON (invalid UTF-8 replaced, never a throw for it).
 std::string json_line(const nlohmann::json& j);
 
-/// Appends `request` as one line to the spool file `path` in one write (O_APPEND), fsynced. Throws
-/// std::runtime_error naming the file when it cannot.
+/// Appends `request` as one line to the spool file `path` (core/durable_file.h's append_line, under the
+/// spool's lock). Throws std::runtime_error naming the file when it cannot.
 void append_to_spool(const std::string& path, const nlohmann::json& request);
-
-/// Writes `bytes` to `path` atomically (temporary file beside it, fsync, rename).
-void write_file_atomic(const std::string& path, const std::string& bytes);
 
 }  // namespace ranzcr::tracking::detail

@@ -1,7 +1,5 @@
 // The spool file of requests the tracking server did not take (tracking/requests.h has the format):
 // appended one line per write, replayed in order, rewritten atomically.
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
-#include "core/write_all.h"
+#include "core/durable_file.h"
 #include "tracking/mlflow.h"
 #include "tracking/requests.h"
 
@@ -83,7 +81,7 @@ void drop_handled(const std::string& path, const std::string& text, size_t handl
   if (now.size() <= handled)
     std::filesystem::remove(path);
   else
-    detail::write_file_atomic(path, now.substr(handled));
+    write_file_atomic(path, now.substr(handled));
 }
 
 }  // namespace
@@ -124,46 +122,10 @@ void send_request(MlflowClient& client, const json& request) {
 }
 
 void append_to_spool(const std::string& path, const json& request) {
-  const std::string line = json_line(request) + "\n";
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  RANZCR_CHECK(fd >= 0, "cannot append to the MLflow spool file ", path, ": ", std::strerror(errno));
   std::lock_guard<std::mutex> lock(spool_mutex());
-  const off_t before = ::lseek(fd, 0, SEEK_END);
-  ssize_t n;
-  do {
-    n = ::write(fd, line.data(), line.size());  // one write: lines of concurrent writers do not interleave
-  } while (n < 0 && errno == EINTR);
-  std::string why;
-  if (n < 0)
-    why = std::strerror(errno);
-  else if (n != static_cast<ssize_t>(line.size()))
-    why = "short write (disk full?)";
-  else if (::fsync(fd) != 0)
-    why = std::strerror(errno);
-  if (!why.empty() && before >= 0 && n > 0) (void)!::ftruncate(fd, before);  // no half line left behind
-  ::close(fd);
-  RANZCR_CHECK(why.empty(), "cannot append to the MLflow spool file ", path, ": ", why);
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  RANZCR_CHECK(fd >= 0, "cannot write ", tmp, ": ", std::strerror(errno));
-  const bool written = write_all(fd, bytes.data(), bytes.size());
-  const int write_error = written ? 0 : (errno != 0 ? errno : ENOSPC);
-  const int sync_error = written && ::fsync(fd) != 0 ? errno : 0;
-  ::close(fd);
-  if (write_error || sync_error) {
-    ::unlink(tmp.c_str());
-    RANZCR_FAIL("cannot write ", tmp, ": ", std::strerror(write_error ? write_error : sync_error));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rename_error = errno;
-    ::unlink(tmp.c_str());
-    RANZCR_FAIL("cannot rename ", tmp, " to ", path, ": ", std::strerror(rename_error));
-  }
+  append_line(path, json_line(request));
 }
 
 }  // namespace detail

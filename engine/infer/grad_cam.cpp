@@ -12,10 +12,10 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/durable_file.h"
 #include "data/batch_loader.h"
 #include "data/csv.h"
 #include "engine/infer/inference.h"
-#include "engine/io/atomic_file.h"
 #include "engine/io/trained_model.h"
 #include "engine/report/draw.h"
 #include "engine/runtime/device_batches.h"

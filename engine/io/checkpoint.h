@@ -15,7 +15,7 @@
 #include <variant>
 #include <vector>
 
-#include "engine/io/atomic_file.h"
+#include "core/durable_file.h"
 
 namespace ranzcr {
 

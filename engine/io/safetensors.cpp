@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "engine/io/atomic_file.h"  // write_file_atomic
+#include "core/durable_file.h"  // write_file_atomic
 
 namespace ranzcr {
 namespace {

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "engine/io/atomic_file.h"
+#include "core/durable_file.h"
 
 namespace ranzcr {
 namespace {

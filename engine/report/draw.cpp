@@ -4,7 +4,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "core/check.h"
-#include "engine/io/atomic_file.h"
+#include "core/durable_file.h"
 
 namespace ranzcr::draw {
 

@@ -14,9 +14,9 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/durable_file.h"
 #include "data/csv.h"
 #include "data/split.h"
-#include "engine/io/atomic_file.h"
 #include "engine/report/metrics.h"
 #include "engine/report/threshold_report.h"
 

@@ -1,6 +1,6 @@
 #include "engine/report/metrics_writer.h"
 
-#include "engine/io/atomic_file.h"
+#include "core/durable_file.h"
 
 #include <nlohmann/json.hpp>
 

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/durable_file.h"
 #include "core/text.h"
-#include "engine/io/atomic_file.h"
 #include "engine/io/run_folder.h"
 
 namespace fs = std::filesystem;

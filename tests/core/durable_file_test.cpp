@@ -1,4 +1,4 @@
-#include "engine/io/atomic_file.h"
+#include "core/durable_file.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,7 @@
-#include "engine/io/atomic_file.h"
+// Files that are either whole or absent: a crash, a full disk or a kill mid-write never leaves half a
+// checkpoint, config, metrics line or spooled request behind. Header-only (no LibTorch): engine/ and
+// tracking/ share it.
+#pragma once
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -6,17 +9,19 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string>
 
 #include "core/check.h"
 #include "core/write_all.h"
 
-namespace fs = std::filesystem;
-
 namespace ranzcr {
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+/// Writes `bytes` to `path` atomically: temporary file in the same folder (made when missing), fsync,
+/// rename, fsync of the folder. Throws std::runtime_error naming the file when it cannot (the temporary
+/// file removed again).
+inline void write_file_atomic(const std::string& path, const std::string& bytes) {
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   RANZCR_CHECK(fd >= 0, "cannot write ", tmp, ": ", std::strerror(errno));
@@ -46,7 +51,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   }
 }
 
-void append_line(const std::string& path, const std::string& line) {
+/// Appends `line` (with its newline) to `path` in one write (O_APPEND: the lines of concurrent writers do
+/// not interleave) and fsyncs it. Throws std::runtime_error naming the file when it cannot be opened or
+/// written (a partial write is cut off again).
+inline void append_line(const std::string& path, const std::string& line) {
   const std::string text = line + "\n";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   RANZCR_CHECK(fd >= 0, "cannot append to ", path, ": ", std::strerror(errno));
