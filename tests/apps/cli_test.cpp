@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "data/csv.h"
+#include "distributed/world.h"
 #include "engine/config/config.h"
 #include "tests/test_util.h"
 
@@ -406,6 +407,24 @@ TEST_F(CliTest, BenchWritesTheThreeFigures) {
     }
   }
   expect_user_error("bench --config " + cfg() + " --set train.precision=fp8", "train.precision");
+}
+
+// train.num_threads: 0 in a job of two ranks: each rank takes OMP_NUM_THREADS when it is set (as PyTorch and
+// torchrun have it), else this machine's usable CPUs shared between the two (bench's JSON records rank 0's).
+TEST_F(CliTest, ThreadsOfEachRankComeFromOmpNumThreadsOrTheSharedCores) {
+  const auto threads = [&](const std::string& env) {
+    const std::string out = *dir_ / "threads.json";
+    const auto r =
+        run_command(env + " " + bin() + " bench --config " + cfg() +
+                    " --steps 1 --warmup 0 --nproc-per-node 2 --set train.num_threads=0 --out " + out);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return r.status == 0 ? nlohmann::json::parse(test::read_file(out))["threads"].get<int>() : -1;
+  };
+  const int cpus = usable_cpus(current_environment());
+  if (cpus < 2) GTEST_SKIP() << "one CPU: OMP_NUM_THREADS=2 and the shared cores would both be 1 thread";
+  EXPECT_EQ(threads("OMP_NUM_THREADS=2"),
+            2);  // LibTorch caps it at the cores: 2 is the most a 2-core machine shows
+  EXPECT_EQ(threads("env -u OMP_NUM_THREADS"), cpus / 2);
 }
 
 }  // namespace
