@@ -74,8 +74,6 @@ fi
 
 # 2. LibTorch: Torch_DIR, else the project venv's torch, else a python3 that already has torch, else
 #    create .venv and pip-install the wheel (which carries LibTorch: headers, libraries, CMake config).
-#    Every pip install here takes --no-compile: Python compiles a module when it is first imported, so only
-#    what runs is compiled (a fresh .venv, as in CI, is ready some 40 s sooner).
 if [ -z "${Torch_DIR:-}" ]; then
   torch_prefix() { "$1" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null | tail -n 1; }
   PREFIX=""
@@ -86,7 +84,7 @@ if [ -z "${Torch_DIR:-}" ]; then
     [ "${RANZCR_OFFLINE:-0}" = 1 ] && die "no LibTorch (set Torch_DIR, or a python3 with torch), and RANZCR_OFFLINE=1 forbids pip"
     say "installing $SPEC into .venv (LibTorch comes with the wheel)"
     [ -x "$ROOT/.venv/bin/python" ] || python3 -m venv "$ROOT/.venv"
-    if ! "$ROOT/.venv/bin/pip" install -q --no-compile "$SPEC" > "$ROOT/.venv/pip-install.log" 2>&1; then
+    if ! "$ROOT/.venv/bin/pip" install -q "$SPEC" > "$ROOT/.venv/pip-install.log" 2>&1; then
       cat "$ROOT/.venv/pip-install.log" >&2
       echo "error: pip install $SPEC failed (log above)" >&2
       exit 1
@@ -104,7 +102,7 @@ fi
 if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import tensorboard' >/dev/null 2>&1; then
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no tensorboard in .venv (RANZCR_OFFLINE=1 forbids pip): the TensorBoard reader test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-compile "${TENSORBOARD_PIP_SPEC:-tensorboard}" > "$ROOT/.venv/pip-tensorboard.log" 2>&1; then
+  elif ! "$ROOT/.venv/bin/pip" install -q "${TENSORBOARD_PIP_SPEC:-tensorboard}" > "$ROOT/.venv/pip-tensorboard.log" 2>&1; then
     reference_missing "pip install tensorboard failed (.venv/pip-tensorboard.log)" "the TensorBoard reader test will be skipped"
   fi
 fi
@@ -115,7 +113,7 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
   ! "$ROOT/.venv/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("timm") is None)' >/dev/null 2>&1; then
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no timm in .venv (RANZCR_OFFLINE=1 forbids pip): the timm parity test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-compile --no-deps "${TIMM_PIP_SPEC:-timm==1.0.31}" > "$ROOT/.venv/pip-timm.log" 2>&1; then
+  elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${TIMM_PIP_SPEC:-timm==1.0.31}" > "$ROOT/.venv/pip-timm.log" 2>&1; then
     reference_missing "pip install timm failed (.venv/pip-timm.log)" "the timm parity test will be skipped"
   fi
 fi
@@ -126,7 +124,7 @@ fi
 if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import cv2' >/dev/null 2>&1; then
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no cv2 in .venv (RANZCR_OFFLINE=1 forbids pip): the PyTorch reference's test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-compile --no-deps "${OPENCV_PIP_SPEC:-opencv-python-headless==5.0.0.93}" > "$ROOT/.venv/pip-opencv.log" 2>&1; then
+  elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${OPENCV_PIP_SPEC:-opencv-python-headless==5.0.0.93}" > "$ROOT/.venv/pip-opencv.log" 2>&1; then
     reference_missing "pip install opencv-python-headless failed (.venv/pip-opencv.log)" "the PyTorch reference's test will be skipped"
   fi
 fi
@@ -136,7 +134,7 @@ fi
 if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import selenium' >/dev/null 2>&1; then
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no selenium in .venv (RANZCR_OFFLINE=1 forbids pip): the serve page's browser test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-compile "${SELENIUM_PIP_SPEC:-selenium==4.51.0}" > "$ROOT/.venv/pip-selenium.log" 2>&1; then
+  elif ! "$ROOT/.venv/bin/pip" install -q "${SELENIUM_PIP_SPEC:-selenium==4.51.0}" > "$ROOT/.venv/pip-selenium.log" 2>&1; then
     reference_missing "pip install selenium failed (.venv/pip-selenium.log)" "the serve page's browser test will be skipped"
   fi
 fi
@@ -146,7 +144,7 @@ fi
 if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import tritonclient.http' >/dev/null 2>&1; then
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no tritonclient in .venv (RANZCR_OFFLINE=1 forbids pip): the Open Inference Protocol client test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-compile "${TRITON_PIP_SPEC:-tritonclient[http]==2.73.0}" > "$ROOT/.venv/pip-triton.log" 2>&1; then
+  elif ! "$ROOT/.venv/bin/pip" install -q "${TRITON_PIP_SPEC:-tritonclient[http]==2.73.0}" > "$ROOT/.venv/pip-triton.log" 2>&1; then
     reference_missing "pip install tritonclient[http] failed (.venv/pip-triton.log)" "the Open Inference Protocol client test will be skipped"
   fi
 fi
@@ -157,7 +155,7 @@ fi
 if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import huggingface_hub, safetensors' >/dev/null 2>&1; then
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no huggingface_hub/safetensors in .venv (RANZCR_OFFLINE=1 forbids pip): the Hub cache interop tests will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-compile ${HUB_PIP_SPECS:-huggingface_hub==2.4.0 safetensors==0.8.0} \
+  elif ! "$ROOT/.venv/bin/pip" install -q ${HUB_PIP_SPECS:-huggingface_hub==2.4.0 safetensors==0.8.0} \
     > "$ROOT/.venv/pip-hub.log" 2>&1; then
     reference_missing "pip install huggingface_hub/safetensors failed (.venv/pip-hub.log)" "the Hub cache interop tests will be skipped"
   fi
@@ -170,7 +168,7 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
   ! "$ROOT/.venv/bin/python" -c 'import pydicom, pylibjpeg, openjpeg, libjpeg, rle, sklearn' >/dev/null 2>&1; then
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no pydicom/scikit-learn in .venv (RANZCR_OFFLINE=1 forbids pip): the pydicom and scikit-learn comparisons will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-compile ${REFERENCE_PIP_SPECS:-pydicom==3.0.2 pylibjpeg==2.1.0 pylibjpeg-libjpeg==2.5.0 pylibjpeg-openjpeg==2.6.0 pylibjpeg-rle==2.2.0 scikit-learn==1.9.1} \
+  elif ! "$ROOT/.venv/bin/pip" install -q ${REFERENCE_PIP_SPECS:-pydicom==3.0.2 pylibjpeg==2.1.0 pylibjpeg-libjpeg==2.5.0 pylibjpeg-openjpeg==2.6.0 pylibjpeg-rle==2.2.0 scikit-learn==1.9.1} \
     > "$ROOT/.venv/pip-reference.log" 2>&1; then
     reference_missing "pip install pydicom/scikit-learn failed (.venv/pip-reference.log)" "those comparisons will be skipped"
   fi
@@ -183,7 +181,7 @@ fi
 if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import mlflow' >/dev/null 2>&1; then
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
     say "no mlflow in .venv (RANZCR_OFFLINE=1 forbids pip): the MLflow tracking tests will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-compile "${MLFLOW_PIP_SPEC:-mlflow==3.17.2}" > "$ROOT/.venv/pip-mlflow.log" 2>&1; then
+  elif ! "$ROOT/.venv/bin/pip" install -q "${MLFLOW_PIP_SPEC:-mlflow==3.17.2}" > "$ROOT/.venv/pip-mlflow.log" 2>&1; then
     reference_missing "pip install mlflow failed (.venv/pip-mlflow.log)" "the MLflow tracking tests will be skipped"
   fi
 fi
