@@ -388,9 +388,7 @@ int run_cv(const CvArgs& args) {
       return 128 + sig;
     }
     if (!collectives.is_main()) return 0;
-    // The other ranks are done: all cores, unless OMP_NUM_THREADS says how many (run_worker's rule).
-    if (c.train.num_threads == 0 && !std::getenv("OMP_NUM_THREADS"))
-      torch::set_num_threads(hardware_threads());
+    share_cores(c, 1, current_environment());  // the other ranks are done
     const CvReport report = write_out_of_fold(c, device, log);
     log.info("cv: out-of-fold mean AUC " + std::to_string(report.auc.mean) + " over " +
              std::to_string(report.num_images) + " images; wrote " +

@@ -28,6 +28,11 @@ void apply_threads(const Config& config) {
   if (config.train.num_threads > 0) torch::set_num_threads(config.train.num_threads);
 }
 
+void share_cores(const Config& config, int processes, const EnvMap& env) {
+  if (config.train.num_threads == 0 && env.count("OMP_NUM_THREADS") == 0)
+    torch::set_num_threads(std::max(1, hardware_threads() / processes));
+}
+
 // In a terminal: one line updated in place; in a log: a line per quarter.
 void print_progress(int64_t done, int64_t total) {
   static const bool tty = ::isatty(STDOUT_FILENO);
@@ -91,10 +96,7 @@ int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, 
                const JobBody& body) {
   const Placement placement = place_process(config, world, env);
   const torch::Device device = placement.device;
-  // Share the cores among this node's workers, unless OMP_NUM_THREADS says how many each takes (as torchrun
-  // sets it, and as PyTorch honours it): LibTorch's default already is that number.
-  if (config.train.num_threads == 0 && env.count("OMP_NUM_THREADS") == 0)
-    torch::set_num_threads(std::max(1, hardware_threads() / world.local_world_size));
+  share_cores(config, world.local_world_size, env);
   ProcessGroupOptions pgo;
   pgo.backend = *placement.backend;
   pgo.init_method = config.distributed.init_method;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "distributed/collectives.h"
+#include "distributed/world.h"
 #include "engine/config/config.h"
 #include "engine/report/run_log.h"
 
@@ -37,6 +38,11 @@ void apply_threads(const Config& config);
 
 /// The CPUs this process may use (affinity, cgroup quota, Slurm's --cpus-per-task).
 int hardware_threads();
+
+/// train.num_threads: 0: this process's share of the cores, `processes` of this node sharing them; unless
+/// OMP_NUM_THREADS (in `env`) says how many each takes (as torchrun sets it, and as PyTorch honours it),
+/// which LibTorch's default already is.
+void share_cores(const Config& config, int processes, const EnvMap& env);
 
 /// Progress of synthetic-data generation: in a terminal one line updated in place, in a log a line per
 /// quarter.
