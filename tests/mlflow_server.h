@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <cerrno>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,12 +110,18 @@ class MlflowTestServer {
   /// Seconds the last start() took until the server answered.
   double start_seconds() const { return start_seconds_; }
 
-  /// Runs tests/tracking/mlflow_check.py `args` with the venv's python, MLFLOW_TRACKING_URI set to this
-  /// server: in one worker process (tests/python_worker.h) that imports MLflow's client once.
-  CommandResult check(const std::string& args) const {
-    if (!checker_) checker_ = std::make_unique<PythonWorker>(venv_python(), script(), dir_ / "check.log");
-    return checker_->call(args, {{"MLFLOW_TRACKING_URI", uri()}});
+  /// Runs `script`'s main with `args` (split at spaces) and MLFLOW_TRACKING_URI set to this server: in one
+  /// worker process per script (tests/python_worker.h), which imports MLflow's client once, not once per
+  /// call.
+  CommandResult run_script(const std::string& script, const std::string& args) const {
+    auto& worker = workers_[script];
+    if (!worker)
+      worker = std::make_unique<PythonWorker>(venv_python(), script,
+                                              dir_ / ("worker-" + std::to_string(workers_.size()) + ".log"));
+    return worker->call(args, {{"MLFLOW_TRACKING_URI", uri()}});
   }
+  /// tests/tracking/mlflow_check.py `args` (run_script).
+  CommandResult check(const std::string& args) const { return run_script(script(), args); }
   /// check() and its last output line as JSON (null, with a test failure, when it failed).
   nlohmann::json check_json(const std::string& args) const {
     const CommandResult r = check(args);
@@ -181,7 +188,7 @@ class MlflowTestServer {
   int port_;
   pid_t pid_ = -1;
   double start_seconds_ = 0;
-  mutable std::unique_ptr<PythonWorker> checker_;
+  mutable std::map<std::string, std::unique_ptr<PythonWorker>> workers_;  // by script
 };
 
 }  // namespace ranzcr::test

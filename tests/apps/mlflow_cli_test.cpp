@@ -16,7 +16,6 @@
 #include "engine/report/mlflow_run.h"
 #include "tests/mlflow_server.h"
 #include "tests/process_util.h"
-#include "tests/python_worker.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -34,8 +33,6 @@ class MlflowCliTest : public ::testing::Test {
     if (test::mlflow_available()) server_ = new test::MlflowTestServer();
   }
   static void TearDownTestSuite() {
-    delete run_check_;
-    run_check_ = nullptr;
     delete server_;
     server_ = nullptr;
     delete dir_;
@@ -60,14 +57,10 @@ class MlflowCliTest : public ::testing::Test {
   static test::CommandResult ranzcr(const std::string& args) {
     return test::run_command(std::string(RANZCR_BINARY) + " " + args + " 2>&1");
   }
-  /// mlflow_run_check.py with MLflow's client on the suite's server, in one worker process for the suite
-  /// (tests/python_worker.h: MLflow's client imported once, not once per check).
+  /// mlflow_run_check.py with MLflow's client on the suite's server (in the server's worker for the script:
+  /// MLflow's client imported once, not once per check).
   static test::CommandResult check(const std::string& args) {
-    if (!run_check_)
-      run_check_ = new test::PythonWorker(test::venv_python(),
-                                          std::string(RANZCR_SOURCE_DIR) + "/tests/apps/mlflow_run_check.py",
-                                          *dir_ / "run_check.log");
-    return run_check_->call(args, {{"MLFLOW_TRACKING_URI", server_->uri()}});
+    return server_->run_script(std::string(RANZCR_SOURCE_DIR) + "/tests/apps/mlflow_run_check.py", args);
   }
   /// A script of the source tree (with its arguments) run by the .venv python, MLFLOW_TRACKING_URI
   /// `server`'s.
@@ -81,7 +74,6 @@ class MlflowCliTest : public ::testing::Test {
 
   static inline test::TempDir* dir_ = nullptr;
   static inline test::MlflowTestServer* server_ = nullptr;
-  static inline test::PythonWorker* run_check_ = nullptr;
 };
 
 // Everything of a run, read back by MLflow's client; the checkpoint and the folder keep the run id; the
