@@ -19,6 +19,11 @@ class Collectives {
   virtual void all_reduce_sum(torch::Tensor& tensor) = 0;
   /// Concatenates each rank's `tensor` along dim 0 in rank order; sizes along dim 0 may differ.
   virtual torch::Tensor all_gather_cat(const torch::Tensor& tensor) = 0;
+  /// Stacks each rank's `tensor` (the same shape and dtype on every rank) along a new dim 0 in rank order:
+  /// one collective and no read on the host, unlike all_gather_cat, which first exchanges the sizes.
+  virtual torch::Tensor all_gather_stack(const torch::Tensor& tensor) {
+    return all_gather_cat(tensor.unsqueeze(0));
+  }
   /// Copies `tensor` from `root` to every rank, in place.
   virtual void broadcast(torch::Tensor& tensor, int root) = 0;
   /// Returns when every rank has called it.

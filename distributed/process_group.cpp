@@ -94,6 +94,14 @@ class ProcessGroupCollectives final : public Collectives {
     return torch::cat(parts, 0).to(tensor.device());
   }
 
+  torch::Tensor all_gather_stack(const torch::Tensor& tensor) override {
+    std::vector<torch::Tensor> in{on_device(tensor.contiguous())};
+    std::vector<std::vector<torch::Tensor>> out(1);
+    for (int r = 0; r < world_; ++r) out[0].push_back(torch::empty_like(in[0]));
+    backend_->allgather(out, in)->wait();
+    return torch::stack(out[0]).to(tensor.device());
+  }
+
   void broadcast(torch::Tensor& tensor, int root) override {
     torch::Tensor t = on_device(tensor);
     std::vector<torch::Tensor> v{t};

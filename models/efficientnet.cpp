@@ -11,6 +11,7 @@
 
 #include "models/classifier_head.h"
 #include "models/registry.h"
+#include "models/sync_batch_norm.h"
 
 namespace ranzcr {
 namespace {
@@ -57,13 +58,13 @@ class MBConv : public nn::Module {
     // Constructed in the order expand, depthwise, SE, project (each conv draws its default init).
     if (expand_) {
       conv_expand_ = conv2d(in, expanded, 1);
-      bn_expand_ = nn::BatchNorm2d(expanded);
+      bn_expand_ = SyncBatchNorm2d(expanded);
     }
     conv_dw_ = conv2d(expanded, expanded, k, stride, expanded);
-    bn_dw_ = nn::BatchNorm2d(expanded);
+    bn_dw_ = SyncBatchNorm2d(expanded);
     se_ = std::make_shared<SqueezeExcite>(expanded, std::max<int64_t>(1, in / 4));
     conv_project_ = conv2d(expanded, out, 1);
-    bn_project_ = nn::BatchNorm2d(out);
+    bn_project_ = SyncBatchNorm2d(out);
     // Registered in the order SE, project, expand, depthwise: the earlier layout's, which the
     // re-initialisation in EfficientNet follows.
     register_module("se", se_);
@@ -93,7 +94,7 @@ class MBConv : public nn::Module {
   bool expand_ = false;
   double drop_path_;
   nn::Conv2d conv_expand_{nullptr}, conv_dw_{nullptr}, conv_project_{nullptr};
-  nn::BatchNorm2d bn_expand_{nullptr}, bn_dw_{nullptr}, bn_project_{nullptr};
+  SyncBatchNorm2d bn_expand_{nullptr}, bn_dw_{nullptr}, bn_project_{nullptr};
   std::shared_ptr<SqueezeExcite> se_;
 };
 
@@ -113,7 +114,7 @@ class EfficientNet : public Classifier {
     int64_t total = 0;
     for (const auto& s : b0) total += reps(s.layers);
     conv_stem_ = register_module("conv_stem", conv2d(spec.in_channels, ch(32), 3, 2));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(ch(32)));
+    bn1_ = register_module("bn1", SyncBatchNorm2d(ch(32)));
     int64_t block_id = 0, in = ch(32);
     for (const auto& s : b0) {
       nn::Sequential stage;
@@ -130,7 +131,7 @@ class EfficientNet : public Classifier {
     register_module("blocks", blocks_);
     const int64_t features = ch(1280);  // = 4 * ch(320) for B0..B7
     conv_head_ = register_module("conv_head", conv2d(in, features, 1));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(features));
+    bn2_ = register_module("bn2", SyncBatchNorm2d(features));
     head_ = ClassifierHead(*this, "classifier", features, spec);
     for (auto& m : modules(/*include_self=*/false)) {
       if (auto* c = m->as<nn::Conv2d>()) {
@@ -156,7 +157,7 @@ class EfficientNet : public Classifier {
 
  private:
   nn::Conv2d conv_stem_{nullptr}, conv_head_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  SyncBatchNorm2d bn1_{nullptr}, bn2_{nullptr};
   nn::ModuleList blocks_;               // "blocks": the stages, by index
   std::vector<nn::Sequential> stages_;  // the same stages, each a Sequential of MBConv blocks
   int64_t feature_channels_ = 0;        // of blocks.2, the stride-8 map

@@ -11,6 +11,7 @@
 #include "core/digits.h"
 #include "models/classifier_head.h"
 #include "models/registry.h"
+#include "models/sync_batch_norm.h"
 
 namespace ranzcr {
 namespace {
@@ -30,13 +31,13 @@ class Block : public nn::Module {
       conv1_ = register_module("conv1", conv(in, planes, 1));
       conv2_ = register_module("conv2", conv(planes, planes, 3, stride));
       conv3_ = register_module("conv3", conv(planes, out, 1));
-      bn3_ = register_module("bn3", nn::BatchNorm2d(out));
+      bn3_ = register_module("bn3", SyncBatchNorm2d(out));
     } else {
       conv1_ = register_module("conv1", conv(in, planes, 3, stride));
       conv2_ = register_module("conv2", conv(planes, planes, 3));
     }
-    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    bn1_ = register_module("bn1", SyncBatchNorm2d(planes));
+    bn2_ = register_module("bn2", SyncBatchNorm2d(planes));
     if (stride != 1 || in != out) {
       if (avg_down) {  // timm: downsample.0 is the pool, an identity at stride 1, so the conv is .1
         if (stride != 1)
@@ -46,7 +47,7 @@ class Block : public nn::Module {
           downsample_->push_back(nn::Identity());
       }
       downsample_->push_back(conv(in, out, 1, avg_down ? 1 : stride));
-      downsample_->push_back(nn::BatchNorm2d(out));
+      downsample_->push_back(SyncBatchNorm2d(out));
       register_module("downsample", downsample_);
     }
   }
@@ -61,7 +62,7 @@ class Block : public nn::Module {
  private:
   bool bottleneck_;
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  SyncBatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
   nn::Sequential downsample_;
 };
 
@@ -71,17 +72,17 @@ class ResNet : public Classifier {
     if (variant_d) {  // deep stem: 3x3/2 (32) -> 3x3 (32) -> 3x3 (64), timm's conv1.0 ... conv1.6
       deep_stem_ = nn::Sequential();  // one push_back per statement: the construction order seeds the init
       deep_stem_->push_back(conv(spec.in_channels, 32, 3, 2));
-      deep_stem_->push_back(nn::BatchNorm2d(32));
+      deep_stem_->push_back(SyncBatchNorm2d(32));
       deep_stem_->push_back(nn::ReLU(true));
       deep_stem_->push_back(conv(32, 32, 3));
-      deep_stem_->push_back(nn::BatchNorm2d(32));
+      deep_stem_->push_back(SyncBatchNorm2d(32));
       deep_stem_->push_back(nn::ReLU(true));
       deep_stem_->push_back(conv(32, 64, 3));
       register_module("conv1", deep_stem_);
     } else {
       conv1_ = register_module("conv1", conv(spec.in_channels, 64, 7, 2));
     }
-    bn1_ = register_module("bn1", nn::BatchNorm2d(64));
+    bn1_ = register_module("bn1", SyncBatchNorm2d(64));
     int64_t in = 64;
     for (size_t i = 0; i < layers.size(); ++i) {
       nn::Sequential stage;
@@ -116,7 +117,7 @@ class ResNet : public Classifier {
  private:
   nn::Sequential deep_stem_{nullptr};  // ResNet-D: conv1 is this 3-conv stem
   nn::Conv2d conv1_{nullptr};          // otherwise a 7x7/2 conv
-  nn::BatchNorm2d bn1_{nullptr};
+  SyncBatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
   int64_t feature_channels_ = 0;  // of layer2, the stride-8 map
   ClassifierHead head_;           // "dropout", "fc"

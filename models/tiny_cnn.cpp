@@ -3,6 +3,7 @@
 
 #include "models/classifier_head.h"
 #include "models/registry.h"
+#include "models/sync_batch_norm.h"
 
 namespace ranzcr {
 namespace {
@@ -18,7 +19,7 @@ class TinyCnn : public Classifier {
       for (int64_t stride : {2, 1}) {
         features_->push_back(
             torch::nn::Conv2d(torch::nn::Conv2dOptions(in, w, 3).stride(stride).padding(1).bias(false)));
-        features_->push_back(torch::nn::BatchNorm2d(w));
+        features_->push_back(SyncBatchNorm2d(w));
         features_->push_back(torch::nn::ReLU(torch::nn::ReLUOptions(true)));
         in = w;
       }

@@ -28,7 +28,7 @@ enum class OnOffAuto { kAuto, kTrue, kFalse };  // auto: on for CUDA devices, of
 enum class PrecisionSetting { kAuto, kFp32, kBf16, kFp16 };
 enum class ResumeSetting { kAuto, kNever };
 enum class BackendSetting { kAuto, kGloo, kNccl };
-enum class BnSync { kBroadcast, kAverage };
+enum class BnSync { kBroadcast, kAverage, kSync };
 
 /// The YAML names of E's values, '|'-separated in declaration order.
 template <class E>
@@ -39,7 +39,7 @@ template <> inline constexpr const char* kSettingNames<OnOffAuto> = "auto|true|f
 template <> inline constexpr const char* kSettingNames<PrecisionSetting> = "auto|fp32|bf16|fp16";
 template <> inline constexpr const char* kSettingNames<ResumeSetting> = "auto|never";
 template <> inline constexpr const char* kSettingNames<BackendSetting> = "auto|gloo|nccl";
-template <> inline constexpr const char* kSettingNames<BnSync> = "broadcast|average";
+template <> inline constexpr const char* kSettingNames<BnSync> = "broadcast|average|sync";
 template <> inline constexpr const char* kSettingNames<DicomWindow> = "file|minmax|percentile";
 template <> inline constexpr const char* kSettingNames<SynthFormat> = "jpg|dcm";
 // clang-format on
@@ -172,7 +172,8 @@ struct DistributedConfig {
   InitMethod init_method;               // env:// (MASTER_ADDR/PORT) | tcp://host:port | file:///path
   double timeout_seconds = 300.0;       // rendezvous and collective timeout
   double bucket_mb = 25.0;              // gradient all-reduce bucket size, MiB
-  BnSync bn_sync = BnSync::kBroadcast;  // BatchNorm buffers: broadcast (from rank 0) | average
+  BnSync bn_sync = BnSync::kBroadcast;  // BatchNorm: per-rank statistics, buffers broadcast (from
+                                        // rank 0) | average; or sync (statistics over all ranks)
   double grace_seconds = 120.0;         // launcher: SIGTERM to SIGKILL when stopping workers
 };
 

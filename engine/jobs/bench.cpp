@@ -195,6 +195,7 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   model->train();
   auto optimizer = make_optimizer(config.optim, *model);
   DistributedDataParallel ddp(*model, collectives, ddp_options(config));
+  sync_batch_norms(config, *model, collectives);  // distributed.bn_sync: sync (as train has it)
   TrainStep step(*model, *optimizer, ddp, device, step_options(config, device));
   Stopwatch watch(device, collectives);
 

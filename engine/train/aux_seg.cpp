@@ -9,7 +9,7 @@ namespace ranzcr {
 AuxSegHeadImpl::AuxSegHeadImpl(int64_t in_channels, int64_t hidden) {
   conv1_ = register_module(
       "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, hidden, 3).padding(1).bias(false)));
-  bn_ = register_module("bn", torch::nn::BatchNorm2d(hidden));
+  bn_ = register_module("bn", SyncBatchNorm2d(hidden));
   conv2_ = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(hidden, 1, 1)));
 }
 

@@ -10,6 +10,7 @@
 
 #include "distributed/collectives.h"
 #include "engine/train/train_step.h"
+#include "models/sync_batch_norm.h"
 
 namespace ranzcr {
 
@@ -21,7 +22,7 @@ class AuxSegHeadImpl : public torch::nn::Module {
 
  private:
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
-  torch::nn::BatchNorm2d bn_{nullptr};
+  SyncBatchNorm2d bn_{nullptr};
 };
 TORCH_MODULE(AuxSegHead);
 

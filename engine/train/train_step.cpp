@@ -32,6 +32,9 @@ TrainStep::TrainStep(Classifier& model, torch::optim::Optimizer& optimizer, Dist
   if (options_.precision == Precision::kFp16)
     scaler_ = std::make_unique<LossScaler>(device_, options_.loss_scaler);
   skippable_ = dynamic_cast<SkippableStep*>(&optimizer_);
+  for (const auto& m : model_.modules())
+    if (const auto* bn = dynamic_cast<const SyncBatchNorm2dImpl*>(m.get()); bn && bn->synchronised())
+      synchronised_norms_ = true;
 }
 
 bool TrainStep::ends_window(int64_t i, int64_t n) const {
@@ -45,7 +48,10 @@ torch::Tensor TrainStep::forward_backward(const torch::Tensor& images, const tor
   // unreadable and skipped): otherwise the ranks' collectives no longer pair up. Its gradients count as
   // zeros in the all-reduce (finish_gradient_sync).
   ddp_.before_forward();
-  if (images.size(0) == 0) return {};
+  const bool empty = images.size(0) == 0;
+  // Synchronised BatchNorm gathers statistics from every rank in the forward and the backward: an empty
+  // batch still goes through both (a count of 0, zero gradients). Otherwise it takes no part.
+  if (empty && !synchronised_norms_) return {};
   torch::Tensor logits;
   {
     Autocast autocast(device_, options_.precision);
@@ -56,6 +62,12 @@ torch::Tensor TrainStep::forward_backward(const torch::Tensor& images, const tor
     } else {
       logits = model_.forward(images);
     }
+  }
+  if (empty) {
+    const torch::Tensor zero = logits.sum() * 0.0;
+    if (sync) ddp_.prepare_backward(zero);
+    zero.backward();
+    return {};
   }
   // The losses in fp32 whatever the forward's precision.
   const torch::Tensor loss = torch::binary_cross_entropy_with_logits(logits.to(torch::kFloat32), labels);
@@ -93,6 +105,29 @@ DdpOptions ddp_options(const Config& config) {
   o.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * 1024 * 1024);
   o.broadcast_buffers = config.distributed.bn_sync == BnSync::kBroadcast;
   return o;
+}
+
+namespace {
+
+// The job's collectives as synchronised BatchNorm's reducer.
+class CollectivesReducer : public BatchNormReducer {
+ public:
+  explicit CollectivesReducer(Collectives& collectives) : collectives_(collectives) {}
+  int world_size() const override { return collectives_.world_size(); }
+  torch::Tensor all_gather_stack(const torch::Tensor& tensor) override {
+    return collectives_.all_gather_stack(tensor);
+  }
+  void all_reduce_sum(torch::Tensor& tensor) override { collectives_.all_reduce_sum(tensor); }
+
+ private:
+  Collectives& collectives_;
+};
+
+}  // namespace
+
+int64_t sync_batch_norms(const Config& config, torch::nn::Module& module, Collectives& collectives) {
+  if (config.distributed.bn_sync != BnSync::kSync || collectives.world_size() < 2) return 0;
+  return set_batch_norm_sync(module, std::make_shared<CollectivesReducer>(collectives));
 }
 
 double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double lr, double min_ratio) {

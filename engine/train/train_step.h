@@ -18,6 +18,7 @@
 #include "engine/runtime/precision.h"
 #include "engine/train/loss_scaler.h"
 #include "models/registry.h"
+#include "models/sync_batch_norm.h"
 
 namespace ranzcr {
 
@@ -84,12 +85,17 @@ class TrainStep {
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<LossScaler> scaler_;
   SkippableStep* skippable_ = nullptr;  // the optimizer, when it can skip a step on the device
+  bool synchronised_norms_ = false;  // the model's BatchNorms take statistics over the ranks (bn_sync: sync)
 };
 
 /// The step policy the config asks for on `device` (precision resolved).
 StepOptions step_options(const Config& config, const torch::Device& device);
 /// The DDP wrapper's options (bucket size, BatchNorm statistics policy).
 DdpOptions ddp_options(const Config& config);
+/// distributed.bn_sync: sync: gives every SyncBatchNorm2d of `module` the job's collectives (nothing in a job
+/// of one process or with another bn_sync); the number of layers synchronised. `collectives` outlives
+/// `module`'s training.
+int64_t sync_batch_norms(const Config& config, torch::nn::Module& module, Collectives& collectives);
 /// Learning rate at optimizer step `step` (0-based): linear warmup to `lr` over `warmup_steps`, then
 /// cosine decay to lr * min_ratio at `total_steps`.
 double scheduled_lr(int64_t step, int64_t total_steps, int64_t warmup_steps, double lr, double min_ratio);

@@ -271,6 +271,11 @@ void Trainer::build_step() {
   const torch::Device device = options_.device;
   torch::nn::Module& synced = synced_ ? *synced_ : static_cast<torch::nn::Module&>(*model_);
   ddp_ = std::make_unique<DistributedDataParallel>(synced, collectives_, ddp_options(config_));
+  if (const int64_t layers = sync_batch_norms(config_, synced, collectives_); layers > 0 && !bn_sync_said_) {
+    log_.info("distributed: " + std::to_string(layers) + " BatchNorm layers normalise over all " +
+              std::to_string(collectives_.world_size()) + " ranks' batches (bn_sync: sync)");
+    bn_sync_said_ = true;
+  }
   const StepOptions so = step_options(config_, device);
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, *ddp_, device, so, extra_loss_);
   if (LossScaler* scaler = step_->loss_scaler(); scaler && meta_.loss_scale > 0)

@@ -90,7 +90,8 @@ class Trainer {
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>
       trained_modules_;                        // beside the model
   std::shared_ptr<torch::nn::Module> synced_;  // what DDP synchronises: the model and those modules
-  ExtraLoss* extra_loss_ = nullptr;            // a feature's, or null
+  bool bn_sync_said_ = false;        // the bn_sync: sync line printed (build_step runs again after a resume)
+  ExtraLoss* extra_loss_ = nullptr;  // a feature's, or null
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<TrainStep> step_;

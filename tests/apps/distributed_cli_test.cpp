@@ -49,6 +49,36 @@ class DistributedCliTest : public test::CliSuite<DistributedCliTest> {
     return a;
   }
   static std::string run_dir(const std::string& name) { return *dir_ / name; }
+
+  // Trains `name` for 4 epochs on 2 ranks, then `name`_resumed from its epoch 2: the same weights and AUC,
+  // and the resumed run trained epochs 3 and 4 only (equal weights are not a rerun of the same seed).
+  static void expect_resume_equals_uninterrupted(const std::string& name,
+                                                 const std::vector<std::string>& sets) {
+    std::vector<std::string> full_sets = {"distributed.nproc_per_node=2", "train.epochs=4",
+                                          "output.keep_every=2"};
+    full_sets.insert(full_sets.end(), sets.begin(), sets.end());
+    const std::string full_dir = run_dir(name), resumed_dir = run_dir(name + "_resumed");
+    const auto full = spawn(train_args(name, full_sets), {}, full_dir + ".log");
+    ASSERT_EQ(wait_exit(full, 120), 0) << test::read_file(full_dir + ".log");
+    std::vector<std::string> resumed_sets = {"distributed.nproc_per_node=2", "train.epochs=4"};
+    resumed_sets.insert(resumed_sets.end(), sets.begin(), sets.end());
+    auto args = train_args(name + "_resumed", resumed_sets);
+    args.insert(args.end(), {"--resume", full_dir + "/checkpoints/epoch_002.pt"});
+    const auto resumed = spawn(args, {}, resumed_dir + ".log");
+    ASSERT_EQ(wait_exit(resumed, 120), 0) << test::read_file(resumed_dir + ".log");
+    auto a = create_model("tiny_cnn", ModelSpec{}), b = create_model("tiny_cnn", ModelSpec{});
+    load_checkpoint(full_dir + "/checkpoints/last.pt", *a, nullptr);
+    load_checkpoint(resumed_dir + "/checkpoints/last.pt", *b, nullptr);
+    const auto pb = b->named_parameters();
+    for (const auto& kv : a->named_parameters())
+      EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << name << ": " << kv.key();
+    const auto bb = b->named_buffers();
+    for (const auto& kv : a->named_buffers())
+      EXPECT_TRUE(torch::equal(kv.value(), bb[kv.key()])) << name << ": " << kv.key();
+    EXPECT_EQ(test::read_metrics(full_dir).back()["val_auc_mean"],
+              test::read_metrics(resumed_dir).back()["val_auc_mean"]);
+    EXPECT_EQ(test::trained_epochs(resumed_dir), (std::vector<int64_t>{3, 4}));
+  }
 };
 
 TEST_F(DistributedCliTest, SigtermToLauncherStopsWorkersAndLeavesAResumableCheckpoint) {
@@ -230,24 +260,12 @@ TEST_F(DistributedCliTest, WorkersDieWithTheirLauncher) {
 }
 
 TEST_F(DistributedCliTest, ResumingATwoRankRunEqualsTheUninterruptedRun) {
-  const auto full =
-      spawn(train_args("full", {"distributed.nproc_per_node=2", "train.epochs=4", "output.keep_every=2"}), {},
-            run_dir("full") + ".log");
-  ASSERT_EQ(wait_exit(full, 120), 0) << test::read_file(run_dir("full") + ".log");
-  auto args = train_args("resumed", {"distributed.nproc_per_node=2", "train.epochs=4"});
-  args.insert(args.end(), {"--resume", run_dir("full") + "/checkpoints/epoch_002.pt"});
-  const auto resumed = spawn(args, {}, run_dir("resumed") + ".log");
-  ASSERT_EQ(wait_exit(resumed, 120), 0) << test::read_file(run_dir("resumed") + ".log");
-  auto a = create_model("tiny_cnn", ModelSpec{}), b = create_model("tiny_cnn", ModelSpec{});
-  load_checkpoint(run_dir("full") + "/checkpoints/last.pt", *a, nullptr);
-  load_checkpoint(run_dir("resumed") + "/checkpoints/last.pt", *b, nullptr);
-  const auto pb = b->named_parameters();
-  for (const auto& kv : a->named_parameters())
-    EXPECT_TRUE(torch::equal(kv.value(), pb[kv.key()])) << kv.key();
-  EXPECT_EQ(test::read_metrics(run_dir("full")).back()["val_auc_mean"],
-            test::read_metrics(run_dir("resumed")).back()["val_auc_mean"]);
-  // The resumed run trained epochs 3 and 4 only: equal weights are not a rerun of the same seed.
-  EXPECT_EQ(test::trained_epochs(run_dir("resumed")), (std::vector<int64_t>{3, 4}));
+  expect_resume_equals_uninterrupted("full", {});
+  // With synchronised BatchNorm too.
+  expect_resume_equals_uninterrupted("sync", {"distributed.bn_sync=sync"});
+  EXPECT_NE(test::read_file(run_dir("sync") + ".log")
+                .find(" BatchNorm layers normalise over all 2 ranks' batches (bn_sync: sync)"),
+            std::string::npos);
 
   // Another world size resumes too, with a warning.
   auto one = train_args("one", {"distributed.nproc_per_node=1", "train.epochs=3"});

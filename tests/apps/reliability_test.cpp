@@ -103,12 +103,13 @@ TEST_F(ReliabilityTest, SyntheticDataIsGeneratedOnlyWhereTheConfigSaysItLives) {
 
 // SIGTERM to the launcher and both workers at the same moment, twice (Slurm signals every process of
 // a step; a time limit sends two SIGTERMs): the workers save mid-epoch, the job exits 143, and running
-// the same command again continues from that batch.
+// the same command again continues from that batch. With synchronised BatchNorm (bn_sync: sync), whose
+// collectives in every layer's forward and backward a stopping rank must not leave unpaired.
 TEST_F(ReliabilityTest, SigtermToEveryProcessAtOnceTwiceSavesMidEpoch) {
   const std::string run = *dir_ / "sigterm_all";
   // resnet18 on one thread: an epoch of ~20 batches per rank takes seconds, so the stop lands mid-epoch.
-  const auto args =
-      train_args(run, {"distributed.nproc_per_node=2", "model.name=resnet18", "data.image_size=64"});
+  const auto args = train_args(run, {"distributed.nproc_per_node=2", "model.name=resnet18",
+                                     "data.image_size=64", "distributed.bn_sync=sync"});
   const pid_t launcher = test::spawn(args, {}, run + ".log");
   ASSERT_TRUE(test::wait_for_text(run + ".log", "epoch 1/1 step", 120)) << test::read_file(run + ".log");
   std::vector<pid_t> all = test::processes_mentioning(run);
@@ -118,6 +119,9 @@ TEST_F(ReliabilityTest, SigtermToEveryProcessAtOnceTwiceSavesMidEpoch) {
   for (pid_t p : all) ::kill(p, SIGTERM);
   EXPECT_EQ(test::wait_exit(launcher, 120), 128 + SIGTERM);
   const std::string log = test::read_file(run + ".log");
+  EXPECT_NE(log.find("20 BatchNorm layers normalise over all 2 ranks' batches (bn_sync: sync)"),
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("stopped at epoch 1 batch"), std::string::npos) << log;
   EXPECT_NE(log.find("the workers saved and stopped"), std::string::npos) << log;
   EXPECT_TRUE(test::processes_mentioning(run).empty());

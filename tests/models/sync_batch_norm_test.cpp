@@ -1,0 +1,293 @@
+// Synchronised BatchNorm (models/sync_batch_norm.h) in one process: its hand-written backward against
+// autograd of the composed operations and against finite differences in float64; two threads standing in for
+// two ranks (uneven batches) against one BatchNorm over the whole batch; torch's BatchNorm2d wherever it is
+// not synchronised. The real ranks, through the trainer, are in tests/distributed/.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "engine/runtime/cuda_support.h"
+#include "models/registry.h"
+#include "models/sync_batch_norm.h"
+
+namespace ranzcr {
+namespace {
+
+// `ranks` threads as the ranks of a job: each collective returns once every thread has called it.
+class ThreadReducer {
+ public:
+  explicit ThreadReducer(int ranks) : ranks_(ranks), deposits_(ranks) {}
+
+  class Rank : public BatchNormReducer {
+   public:
+    Rank(ThreadReducer& group, int rank) : group_(group), rank_(rank) {}
+    int world_size() const override { return group_.ranks_; }
+    torch::Tensor all_gather_stack(const torch::Tensor& tensor) override {
+      return torch::stack(group_.exchange(rank_, tensor));
+    }
+    void all_reduce_sum(torch::Tensor& tensor) override {
+      const auto all = group_.exchange(rank_, tensor);
+      torch::Tensor sum = torch::zeros_like(tensor);
+      for (const auto& t : all) sum += t;  // in rank order on every rank: the same bits everywhere
+      tensor.copy_(sum);
+    }
+
+   private:
+    ThreadReducer& group_;
+    int rank_;
+  };
+
+ private:
+  // Every rank's tensor (a copy), once all have given theirs.
+  std::vector<torch::Tensor> exchange(int rank, const torch::Tensor& tensor) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int64_t round = round_;
+    deposits_[rank] = tensor.clone();
+    if (++arrived_ == ranks_) {
+      result_ = deposits_;
+      arrived_ = 0;
+      ++round_;
+      changed_.notify_all();
+    } else {
+      changed_.wait(lock, [&] { return round_ != round; });
+    }
+    return result_;
+  }
+
+  int ranks_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<torch::Tensor> deposits_, result_;
+  int arrived_ = 0;
+  int64_t round_ = 0;
+};
+
+// A reducer of one rank: the collectives are identities.
+class OneRank : public BatchNormReducer {
+ public:
+  int world_size() const override { return 1; }
+  torch::Tensor all_gather_stack(const torch::Tensor& tensor) override { return tensor.unsqueeze(0).clone(); }
+  void all_reduce_sum(torch::Tensor&) override {}
+};
+
+torch::TensorOptions f64() {
+  return torch::TensorOptions().dtype(torch::kDouble);
+}
+
+// Batch normalisation written as plain tensor operations (autograd differentiates it).
+torch::Tensor composed_batch_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                                  double eps) {
+  const auto mean = x.mean({0, 2, 3}, /*keepdim=*/true);
+  const auto var = (x - mean).square().mean({0, 2, 3}, /*keepdim=*/true);
+  return (x - mean) / (var + eps).sqrt() * w.view({1, -1, 1, 1}) + b.view({1, -1, 1, 1});
+}
+
+TEST(SyncBatchNorm, BackwardEqualsAutogradOfTheComposedOperationsInFloat64) {
+  torch::manual_seed(3);
+  const double eps = 1e-5;
+  const auto x0 =
+      torch::randn({6, 4, 5, 3}, f64()) * 3 + 7;  // an offset mean: a naive sum of squares loses digits
+  const auto w0 = torch::rand({4}, f64()) + 0.5, b0 = torch::randn({4}, f64());
+  const auto g = torch::randn({6, 4, 5, 3}, f64());
+
+  auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+  OneRank one;
+  auto rm = torch::zeros({4}, f64()), rv = torch::ones({4}, f64());
+  const auto y = sync_batch_norm(x, w, b, rm, rv, 0.1, eps, one);
+  y.backward(g);
+
+  auto xr = x0.clone().requires_grad_(), wr = w0.clone().requires_grad_(), br = b0.clone().requires_grad_();
+  const auto yr = composed_batch_norm(xr, wr, br, eps);
+  yr.backward(g);
+
+  EXPECT_TRUE(torch::allclose(y, yr, 0, 1e-12)) << (y - yr).abs().max();
+  EXPECT_TRUE(torch::allclose(x.grad(), xr.grad(), 0, 1e-11)) << (x.grad() - xr.grad()).abs().max();
+  EXPECT_TRUE(torch::allclose(w.grad(), wr.grad(), 0, 1e-10)) << (w.grad() - wr.grad()).abs().max();
+  EXPECT_TRUE(torch::allclose(b.grad(), br.grad(), 0, 1e-10)) << (b.grad() - br.grad()).abs().max();
+  // The running statistics as torch's BatchNorm updates them (unbiased variance).
+  const auto count = 6.0 * 5 * 3;
+  const auto mean = x0.mean({0, 2, 3}), var = x0.var({0, 2, 3}, /*unbiased=*/false) * count / (count - 1);
+  EXPECT_TRUE(torch::allclose(rm, 0.1 * mean, 0, 1e-12));
+  EXPECT_TRUE(torch::allclose(rv, 0.9 + 0.1 * var, 0, 1e-12));
+}
+
+// Central differences of <g, y(x + h v)> along random directions against <grad, v>.
+TEST(SyncBatchNorm, GradientsMatchFiniteDifferencesInFloat64) {
+  torch::manual_seed(5);
+  const double eps = 1e-3, h = 1e-6;
+  const auto x0 = torch::randn({3, 2, 4, 4}, f64());
+  const auto w0 = torch::rand({2}, f64()) + 0.5, b0 = torch::randn({2}, f64());
+  const auto g = torch::randn({3, 2, 4, 4}, f64());
+  OneRank one;
+  const auto loss = [&](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+    return (sync_batch_norm(x, w, b, torch::Tensor(), torch::Tensor(), 0.1, eps, one) * g).sum();
+  };
+  auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+  loss(x, w, b).backward();
+  torch::NoGradGuard no_grad;
+  for (int k = 0; k < 5; ++k) {
+    const auto vx = torch::randn_like(x0), vw = torch::randn_like(w0), vb = torch::randn_like(b0);
+    const double numeric = (loss(x0 + h * vx, w0 + h * vw, b0 + h * vb).item<double>() -
+                            loss(x0 - h * vx, w0 - h * vw, b0 - h * vb).item<double>()) /
+                           (2 * h);
+    const double analytic =
+        ((x.grad() * vx).sum() + (w.grad() * vw).sum() + (b.grad() * vb).sum()).item<double>();
+    EXPECT_NEAR(numeric, analytic, 1e-6 * std::max(1.0, std::abs(analytic))) << "direction " << k;
+  }
+}
+
+// Two ranks with sizes[0] and sizes[1] images equal one BatchNorm over all of them: outputs, the input's
+// gradient, the summed weight and bias gradients, and the running statistics. On the CPU the composite path;
+// on CUDA ATen's SyncBatchNorm kernels. A rank may have no image (a count of 0 to weigh).
+// `input_dtype` (default: `dtype`, the parameters') may be bf16, as under autocast.
+void expect_two_ranks_equal_one(torch::Dtype dtype, double tolerance, std::vector<int64_t> sizes,
+                                torch::Device device = torch::kCPU,
+                                std::optional<torch::Dtype> input_dtype = std::nullopt) {
+  SCOPED_TRACE("images per rank " + std::to_string(sizes[0]) + " and " + std::to_string(sizes[1]) + " on " +
+               device.str() + " in " + std::string(c10::toString(input_dtype.value_or(dtype))));
+  torch::manual_seed(7);
+  const auto options = torch::TensorOptions().dtype(input_dtype.value_or(dtype)).device(device);
+  const int64_t total = sizes[0] + sizes[1];
+  const auto x = (torch::randn({total, 3, 4, 5}) * 2 + 1).to(options),
+             g = torch::randn({total, 3, 4, 5}).to(options);
+
+  torch::nn::BatchNorm2d one(torch::nn::BatchNorm2dOptions(3));
+  one->to(device, dtype);
+  auto xo = x.clone().requires_grad_();
+  const auto yo = one->forward(xo);
+  yo.backward(g);
+
+  ThreadReducer group(2);
+  std::vector<SyncBatchNorm2d> layers;
+  std::vector<torch::Tensor> xs, ys(2);
+  for (int r = 0; r < 2; ++r) {
+    layers.emplace_back(torch::nn::BatchNorm2dOptions(3));
+    layers[r]->to(device, dtype);
+    layers[r]->set_reducer(std::make_shared<ThreadReducer::Rank>(group, r));
+    EXPECT_TRUE(layers[r]->synchronised());
+    xs.push_back(x.narrow(0, r == 0 ? 0 : sizes[0], sizes[r]).clone().requires_grad_());
+  }
+  std::vector<std::thread> ranks;
+  std::optional<cuda::SyncDebugErrorGuard> no_host_sync;  // on CUDA the layer never waits for the device
+  if (device.is_cuda()) no_host_sync.emplace();
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      ys[r] = layers[r]->forward(xs[r]);
+      ys[r].backward(g.narrow(0, r == 0 ? 0 : sizes[0], sizes[r]));
+    });
+  for (auto& t : ranks) t.join();
+  no_host_sync.reset();
+
+  const auto gap = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a - b).abs().max().item<double>();
+  };
+  const auto grad = [](const torch::Tensor& t) {
+    return t.grad().defined() ? t.grad() : torch::zeros_like(t);
+  };
+  EXPECT_LE(gap(torch::cat({ys[0], ys[1]}).detach(), yo.detach()), tolerance);
+  EXPECT_LE(gap(torch::cat({grad(xs[0]), grad(xs[1])}), xo.grad()), tolerance);
+  EXPECT_LE(gap(grad(layers[0]->weight) + grad(layers[1]->weight), one->weight.grad()), tolerance);
+  EXPECT_LE(gap(grad(layers[0]->bias) + grad(layers[1]->bias), one->bias.grad()), tolerance);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LE(gap(layers[r]->running_mean, one->running_mean), tolerance) << "rank " << r;
+    EXPECT_LE(gap(layers[r]->running_var, one->running_var), tolerance) << "rank " << r;
+    EXPECT_EQ(layers[r]->num_batches_tracked.item<int64_t>(), 1);
+  }
+  // Each rank's own statistics are not the global ones: the test would see a layer that did not synchronise.
+  if (sizes[0] > 0 && sizes[1] > 0 && !input_dtype)
+    EXPECT_GT(gap(x.narrow(0, 0, sizes[0]).mean({0, 2, 3}) * 0.1, one->running_mean), 10 * tolerance);
+}
+
+TEST(SyncBatchNorm, TwoRanksWithUnevenBatchesEqualOneBatchNormOverBoth) {
+  expect_two_ranks_equal_one(torch::kDouble, 1e-12, {3, 5});
+  expect_two_ranks_equal_one(torch::kFloat, 1e-5, {3, 5});
+  expect_two_ranks_equal_one(torch::kFloat, 0.1, {3, 5}, torch::kCPU,
+                             torch::kBFloat16);  // float32 parameters
+}
+
+// A rank whose batch came out empty still takes part (a count of 0), first or last.
+TEST(SyncBatchNorm, ARankWithNoImagesWeighsNothing) {
+  expect_two_ranks_equal_one(torch::kDouble, 1e-12, {0, 6});
+  expect_two_ranks_equal_one(torch::kDouble, 1e-12, {6, 0});
+}
+
+// On CUDA through ATen's SyncBatchNorm kernels (batch_norm_stats, batch_norm_gather_stats_with_counts,
+// batch_norm_elemt, batch_norm_backward_reduce/elemt): the same claims, two threads on one GPU as two ranks,
+// with no host-device synchronisation (CUDA's sync-debug mode set to error).
+TEST(SyncBatchNorm, CudaKernelsEqualOneBatchNormOverBoth) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU";
+  const torch::Device cuda(torch::kCUDA, 0);
+  at::globalContext().setAllowTF32CuDNN(false);
+  expect_two_ranks_equal_one(torch::kFloat, 1e-4, {3, 5}, cuda);
+  expect_two_ranks_equal_one(torch::kFloat, 1e-4, {0, 6}, cuda);
+  expect_two_ranks_equal_one(torch::kFloat, 1e-4, {6, 0}, cuda);
+  expect_two_ranks_equal_one(torch::kDouble, 1e-10, {3, 5}, cuda);
+  expect_two_ranks_equal_one(torch::kFloat, 0.1, {3, 5}, cuda, torch::kBFloat16);  // float32 parameters
+}
+
+// bf16 inputs (as under autocast): the statistics in float32, the output in bf16 and close to float32's.
+TEST(SyncBatchNorm, Bf16InputsKeepFloat32Statistics) {
+  torch::manual_seed(11);
+  const auto x = torch::randn({4, 2, 3, 3}) * 4 + 100;  // a large mean: bf16 sums would lose it
+  OneRank one;
+  auto rm = torch::zeros({2}), rv = torch::ones({2});
+  const auto y =
+      sync_batch_norm(x.to(torch::kBFloat16), torch::Tensor(), torch::Tensor(), rm, rv, 1.0, 1e-5, one);
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  auto rm32 = torch::zeros({2}), rv32 = torch::ones({2});
+  const auto y32 = sync_batch_norm(x.to(torch::kBFloat16).to(torch::kFloat), torch::Tensor(), torch::Tensor(),
+                                   rm32, rv32, 1.0, 1e-5, one);
+  EXPECT_TRUE(torch::allclose(y.to(torch::kFloat), y32, 0.02, 0.02));
+  EXPECT_TRUE(torch::allclose(rm, rm32));
+  EXPECT_TRUE(torch::allclose(rv, rv32));
+}
+
+// Without a reducer, with one of one rank, and in evaluation mode it is torch's BatchNorm2d, bit for bit; its
+// state dict has torch's names.
+TEST(SyncBatchNorm, UnsynchronisedIsTorchsBatchNorm) {
+  torch::manual_seed(13);
+  const auto x = torch::randn({4, 3, 5, 5});
+  torch::nn::BatchNorm2d reference(3);
+  SyncBatchNorm2d plain(3), alone(3);
+  alone->set_reducer(std::make_shared<OneRank>());
+  EXPECT_FALSE(alone->synchronised());
+  const auto r = reference->forward(x);
+  EXPECT_TRUE(torch::equal(plain->forward(x), r));
+  EXPECT_TRUE(torch::equal(alone->forward(x), r));
+  EXPECT_TRUE(torch::equal(plain->running_mean, reference->running_mean));
+  ThreadReducer group(2);
+  SyncBatchNorm2d synced(3);
+  synced->set_reducer(std::make_shared<ThreadReducer::Rank>(group, 0));
+  torch::nn::BatchNorm2d fresh(3);
+  synced->eval();
+  fresh->eval();
+  EXPECT_TRUE(torch::equal(synced->forward(x), fresh->forward(x)));  // no collective: eval
+  std::vector<std::string> names, reference_names;
+  for (const auto& p : synced->named_buffers()) names.push_back(p.key());
+  for (const auto& p : reference->named_buffers()) reference_names.push_back(p.key());
+  EXPECT_EQ(names, reference_names);
+}
+
+// Every BatchNorm of the zoo's models is synchronisable: set_batch_norm_sync finds them all.
+TEST(SyncBatchNorm, EveryModelsBatchNormsAreSynchronisable) {
+  ModelSpec spec;
+  spec.num_classes = 11;
+  for (const std::string name : {"tiny_cnn", "resnet18", "resnet50d", "efficientnet_b0"}) {
+    auto model = create_model(name, spec);
+    int64_t batch_norms = 0;
+    for (const auto& m : model->modules())
+      if (m->as<torch::nn::BatchNorm2d>()) ++batch_norms;
+    ASSERT_GT(batch_norms, 0) << name;
+    EXPECT_EQ(set_batch_norm_sync(*model, std::make_shared<OneRank>()), batch_norms) << name;
+  }
+  torch::nn::Sequential foreign(torch::nn::Conv2d(3, 3, 1), torch::nn::BatchNorm2d(3));
+  EXPECT_THROW(set_batch_norm_sync(*foreign, std::make_shared<OneRank>()), c10::Error);
+}
+
+}  // namespace
+}  // namespace ranzcr
