@@ -55,7 +55,7 @@ GlobalStats composite_stats(const torch::Tensor& x, torch::Tensor& running_mean,
   torch::Tensor mean = torch::zeros({channels}, x.options()), m2 = torch::zeros({channels}, x.options());
   if (count > 0) {
     torch::Tensor var;
-    std::tie(var, mean) = torch::var_mean(x, reduced_dims(x), /*correction=*/0);
+    std::tie(var, mean) = torch::var_mean(x, reduced_dims(x), /*unbiased=*/false);
     m2 = var * static_cast<double>(count);
   }
   const torch::Tensor all = reducer.all_gather_stack(
@@ -78,7 +78,8 @@ GlobalStats composite_stats(const torch::Tensor& x, torch::Tensor& running_mean,
 // batch_norm_gather_stats_with_counts merges them and updates the running statistics in one kernel. That
 // kernel merges the ranks in order and would divide 0 by 0 if a rank with no images came first: PyTorch drops
 // such rows (reading the counts on the host), here they are sorted last (on the device; a stable sort, so the
-// same order on every rank), where a count of 0 with a finite invstd adds nothing.
+// same order on every rank), where a count of 0 with a finite invstd adds nothing to the variance and moves
+// the mean by at most a rounding (n * (1/n) is not always 1 in float32).
 GlobalStats kernel_stats(const torch::Tensor& x, const torch::Tensor& running_mean,
                          const torch::Tensor& running_var, double momentum, double eps,
                          BatchNormReducer& reducer) {

@@ -34,7 +34,9 @@ class BatchNormReducer {
 ///   gradient from the global sums, the weight's and bias's from this rank's (DDP then averages them).
 /// `momentum`: the running statistics' update factor (the module passes 1/num_batches_tracked for PyTorch's
 /// momentum=None). `weight`/`bias` may be undefined (affine=false), and so may the running statistics
-/// (track_running_stats=false). Nothing is read back to the host: no wait for the device.
+/// (track_running_stats=false). Nothing is read back to the host: no wait for the device. (The module, with
+/// momentum=None only, reads num_batches_tracked for the factor, as torch's BatchNorm does; the zoo's use
+/// 0.1.)
 torch::Tensor sync_batch_norm(const torch::Tensor& input, const torch::Tensor& weight,
                               const torch::Tensor& bias, torch::Tensor running_mean,
                               torch::Tensor running_var, double momentum, double eps,
