@@ -72,25 +72,15 @@ class ProcessGroupCollectives final : public Collectives {
 
   torch::Tensor all_gather_cat(const torch::Tensor& tensor) override {
     const torch::Tensor local = on_device(tensor.contiguous());
-    // Sizes along dim 0 may differ: gather them, pad to the largest, gather, trim.
-    std::vector<torch::Tensor> size_in{torch::tensor({local.size(0)}, torch::kLong).to(device_)};
-    std::vector<std::vector<torch::Tensor>> size_out(1);
-    for (int r = 0; r < world_; ++r) size_out[0].push_back(torch::empty({1}, torch::kLong).to(device_));
-    backend_->allgather(size_out, size_in)->wait();
-    std::vector<int64_t> sizes;
-    int64_t max_n = 0;
-    for (const auto& s : size_out[0])
-      sizes.push_back(s.cpu().item<int64_t>()), max_n = std::max(max_n, sizes.back());
+    // Sizes along dim 0 may differ: gather them (read on the host once), pad to the largest, gather, trim.
+    const torch::Tensor sizes = all_gather_stack(torch::tensor({local.size(0)}, torch::kLong)).cpu();
     std::vector<int64_t> shape = local.sizes().vec();
-    shape[0] = max_n;
+    shape[0] = sizes.max().item<int64_t>();
     torch::Tensor padded = torch::zeros(shape, local.options());
     if (local.size(0) > 0) padded.narrow(0, 0, local.size(0)).copy_(local);
-    std::vector<torch::Tensor> in{padded};
-    std::vector<std::vector<torch::Tensor>> out(1);
-    for (int r = 0; r < world_; ++r) out[0].push_back(torch::empty(shape, local.options()));
-    backend_->allgather(out, in)->wait();
+    const torch::Tensor all = all_gather_stack(padded);  // (ranks, largest, ...)
     std::vector<torch::Tensor> parts;
-    for (int r = 0; r < world_; ++r) parts.push_back(out[0][r].narrow(0, 0, sizes[r]));
+    for (int r = 0; r < world_; ++r) parts.push_back(all[r].narrow(0, 0, sizes[r][0].item<int64_t>()));
     return torch::cat(parts, 0).to(tensor.device());
   }
 
