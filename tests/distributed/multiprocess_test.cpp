@@ -55,6 +55,12 @@ std::string why_not_two_gpus() {
   return gpus >= 2 ? "" : "needs 2 CUDA GPUs, this host shows " + std::to_string(gpus);
 }
 
+// The GPU tests' convolutions and matmuls without TF32, so that their sums compare closely.
+void no_tf32() {
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
+}
+
 // Convolutions and a linear layer, no BatchNorm: N ranks x batch B must equal 1 rank x batch N*B.
 struct SmallNet : torch::nn::Module {
   SmallNet() {
@@ -114,10 +120,10 @@ TEST(DistributedWorker, DISABLED_Equivalence) {
   coll->shutdown();
 }
 
-// The same steps over NCCL, each rank on its own GPU (cuDNN without TF32, so that sums compare closely):
+// The same steps over NCCL, each rank on its own GPU (no TF32, so that sums compare closely):
 // buckets all-reduced from the autograd thread, the NCCL barrier and shutdown.
 TEST(DistributedWorker, DISABLED_EquivalenceNccl) {
-  at::globalContext().setAllowTF32CuDNN(false);
+  no_tf32();
   auto coll = join(Backend::kNccl);
   const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(coll->rank()));
   torch::manual_seed(coll->rank() == 0 ? 0 : 99);
@@ -288,12 +294,6 @@ std::vector<torch::Tensor> run_bn_sync_steps(const Config& config, Collectives& 
   return state;
 }
 
-// ATen's SyncBatchNorm kernels on CUDA, TF32 off, so that sums compare closely.
-void no_tf32() {
-  at::globalContext().setAllowTF32CuDNN(false);
-  at::globalContext().setAllowTF32CuBLAS(false);
-}
-
 TEST(DistributedWorker, DISABLED_BnSync) {
   auto coll = join();
   const BnSync mode =
@@ -343,7 +343,7 @@ TEST(Distributed, NcclTwoGpusEqualOneGpuWithTheGlobalBatch) {
   test::TempDir dir;
   ASSERT_EQ(run_test_workers("EquivalenceNccl", 2, dir.str()), 0);
   const auto p0 = load_tensors(dir / "params_0.pt"), p1 = load_tensors(dir / "params_1.pt");
-  at::globalContext().setAllowTF32CuDNN(false);
+  no_tf32();
   torch::manual_seed(0);
   SmallNet reference;
   reference.to(torch::Device(torch::kCUDA, 0));
