@@ -204,7 +204,7 @@ int run_train(const TrainArgs& args) {
 int run_bench(const BenchArgs& args) {
   const Config config = job_config(args.config, args.sets, args.nproc_per_node);
   return run_job(config, args.argv,
-                 [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
+                 [&](const Config& c, Collectives& collectives, RunLog&, const torch::Device& device) {
                    BenchOptions options;
                    options.steps = args.steps;
                    options.warmup = args.warmup;
@@ -212,13 +212,21 @@ int run_bench(const BenchArgs& args) {
                    options.device = device;
                    options.profile_dir = args.profile;
                    options.profile_steps = args.profile_steps;
+                   // The figures are out (stdout and --out) before the profile starts: a profile that fails
+                   // or is cut short by a time limit costs none of them.
+                   options.on_figures = [&](const BenchResult& r) {
+                     if (!collectives.is_main()) return;
+                     std::cout << bench_table(r) << std::flush;
+                     if (!args.out.empty()) {
+                       write_file_atomic(args.out, bench_json(r));
+                       std::cout << "wrote " << args.out << "\n" << std::flush;
+                     }
+                   };
                    const BenchResult r = run_bench(c, collectives, options);
                    if (!collectives.is_main()) return 0;
-                   std::cout << bench_table(r) << std::flush;
-                   if (!args.out.empty()) {
-                     write_file_atomic(args.out, bench_json(r));
-                     std::cout << "wrote " << args.out << "\n";
-                   }
+                   std::cout << bench_profile_report(r) << std::flush;
+                   if (!r.profile_error.empty() && !args.out.empty())
+                     write_file_atomic(args.out, bench_json(r));  // the same figures, and why no profile
                    return 0;
                  });
 }

@@ -12,13 +12,10 @@
 #include "apps/commands.h"
 #include "apps/hub_weights.h"
 #include "apps/mlflow_env.h"
+#include "core/text.h"
 #include "engine/io/run_folder.h"
 
 namespace {
-
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
-}
 
 // A missing or unknown command word, named with the commands there are ("" = fine: CLI11 goes on).
 std::string command_problem(CLI::App& app, int argc, char** argv) {
@@ -271,10 +268,10 @@ int main(int argc, char** argv) {
     for (const auto& [sub, run] : commands.runs)
       if (sub->parsed()) return run();
   } catch (const c10::Error& ex) {
-    std::cerr << "error: " << first_line(ex.what_without_backtrace()) << std::endl;
+    std::cerr << "error: " << ranzcr::first_line(ex.what_without_backtrace()) << std::endl;
     return 1;
   } catch (const std::exception& ex) {
-    std::cerr << "error: " << first_line(ex.what()) << std::endl;
+    std::cerr << "error: " << ranzcr::first_line(ex.what()) << std::endl;
     return 1;
   }
   return 0;

@@ -1,4 +1,5 @@
-// Lists of names written as one piece of text: "a, b, c" in a message, or one name a line in a file.
+// Lists of names written as one piece of text: "a, b, c" in a message, or one name a line in a file; the
+// first line of a longer text (an exception's message, whose backtrace follows on the next lines).
 #pragma once
 
 #include <string>
@@ -15,6 +16,11 @@ inline std::string join(const std::vector<std::string>& parts, std::string_view 
     out += parts[i];
   }
   return out;
+}
+
+/// `s` up to its first newline (all of it when it has none).
+inline std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
 }
 
 }  // namespace ranzcr

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/text.h"
 #include "distributed/net_address.h"
 
 namespace ranzcr {
@@ -25,10 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 std::string seconds(std::chrono::milliseconds t) {
   return std::to_string(t.count() / 1000) + " s";
-}
-
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
 }
 
 class ProcessGroupCollectives final : public Collectives {

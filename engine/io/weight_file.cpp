@@ -16,6 +16,7 @@
 
 #include "core/check.h"
 #include "core/digits.h"
+#include "core/text.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/torch_pickle.h"
 #include "engine/io/zip_check.h"
@@ -25,10 +26,6 @@ namespace {
 
 using pickle::Obj;
 using pickle::PyObj;
-
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
-}
 
 // `o` for an error message: "None", "an int", "a dict", "a pickled module.Class object", ...
 std::string describe(const Obj& o) {

@@ -1,8 +1,7 @@
 #include "engine/jobs/bench.h"
 #include "core/check.h"
+#include "core/text.h"
 
-#include <ATen/Context.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <dlfcn.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -116,19 +115,45 @@ double time_compute(const DeviceBatch& batch, const BenchOptions& o, const std::
   return static_cast<double>(batch.size()) * o.steps / watch.stop();
 }
 
-// --profile: the main rank records the steps (trace, kernel table); the others take the same steps with it.
-// Returns the main rank's kernel table (top 10), "" on the others.
-std::string profile_compute(const BenchOptions& o, const std::function<void()>& run,
-                            Collectives& collectives) {
-  std::string table;
+// Whether every rank should profile: the main rank makes the --profile folder, and all learn whether it
+// could, so that the ranks' steps (and their collectives) stay paired. "" when it could, else why not.
+std::string profile_folder_problem(const BenchOptions& o, Collectives& collectives) {
+  std::string problem;
+  if (collectives.is_main()) {
+    try {
+      prepare_profile_folder(o.profile_dir);
+    } catch (const std::exception& e) {
+      problem = first_line(e.what());
+    }
+  }
+  torch::Tensor ok = torch::tensor({problem.empty() ? 1.0 : 0.0}, torch::kDouble);
+  collectives.broadcast(ok, 0);
+  if (problem.empty() && ok.item<double>() < 0.5)
+    problem = "the main rank could not prepare " + o.profile_dir;
+  return problem;
+}
+
+// --profile, after the figures: the main rank records the steps (trace, kernel table); the others take the
+// same steps with it. Sets the main rank's kernel table (top 10), or the one line of a failure: the figures
+// are measured and handed over (on_figures) before, and stand.
+void profile_compute(const BenchOptions& o, const std::function<void()>& run, Collectives& collectives,
+                     BenchResult& r) {
+  r.profile_error = profile_folder_problem(o, collectives);
+  if (!r.profile_error.empty()) return;
   collectives.barrier();
   if (collectives.is_main()) {
-    table = profile_table(write_step_profile(run, o.profile_steps, o.device, o.profile_dir), 10);
+    try {  // write_step_profile takes every step even when the profiler fails (the other ranks' are paired)
+      r.profile_table = profile_table(
+          write_step_profile(run, o.profile_steps, o.device, o.profile_dir, o.profile_warmup), 10);
+    } catch (const c10::Error& e) {
+      r.profile_error = first_line(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      r.profile_error = first_line(e.what());
+    }
   } else {
-    for (int i = 0; i < o.profile_steps; ++i) run();
+    for (int i = 0; i < o.profile_warmup + o.profile_steps; ++i) run();
   }
   collectives.barrier();
-  return table;
 }
 
 // The version of the cuBLAS this process loaded (with LibTorch's CUDA libraries), asked of the library
@@ -141,9 +166,14 @@ std::string loaded_cublas_version() {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
+// The version of the cuDNN this process loaded, asked of the library itself (cudnnGetVersion: major * 10000
+// + minor * 100 + patch since cuDNN 9), not the one LibTorch was compiled against; "" when none is loaded.
 std::string loaded_cudnn_version() {
-  if (!at::hasCUDA() || !at::detail::getCUDAHooks().hasCuDNN()) return "";
-  const long v = at::detail::getCUDAHooks().versionCuDNN();  // major * 10000 + minor * 100 + patch (cuDNN 9)
+  using GetVersion = size_t (*)();
+  auto get = reinterpret_cast<GetVersion>(dlsym(RTLD_DEFAULT, "cudnnGetVersion"));
+  if (!get) return "";
+  const size_t v = get();
+  if (v == 0) return "";
   return std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." + std::to_string(v % 100);
 }
 
@@ -171,6 +201,28 @@ E2e time_e2e(const Setup& s, const Config& config, const BenchOptions& o, TrainS
   const double wait = ddp.sync_wait_seconds() - wait_before;
   const double seconds = watch.stop();
   return E2e{images / seconds, wait / seconds};
+}
+
+// The settings and the libraries of the run, beside its figures.
+void describe(const Config& config, const BenchOptions& o, const TrainStep& step, bool channels_last,
+              int world, BenchResult& r) {
+  r.device = o.device.str();
+  r.model = config.model.name;
+  r.precision = precision_name(step.options().precision);
+  r.channels_last = channels_last;
+  r.image_size = config.data.image_size;
+  r.batch_size = config.train.batch_size;
+  r.threads = torch::get_num_threads();
+  r.loader_workers = config.data.num_workers;
+  r.world_size = world;
+  r.steps = o.steps;
+  r.warmup = o.warmup;
+  r.loader_steps = loader_steps(o);
+  r.torch_version = TORCH_VERSION;
+  r.cudnn_version = o.device.is_cuda() ? loaded_cudnn_version() : "";  // a CPU run uses none
+  r.cublas_version = loaded_cublas_version();
+  r.nccl_version = nccl_version();
+  r.profile_dir = o.profile_dir;
 }
 
 }  // namespace
@@ -202,35 +254,18 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   BenchResult r;
   const int world = collectives.world_size();
   r.loader_images_per_sec = world * time_loader(s, config, o, watch);
-  {
-    const DeviceBatch batch = fixed_batch(s, config);
-    auto run = [&] {
-      step.forward_backward(batch.images, batch.labels, true);
-      step.optimizer_step(config.optim.lr);
-    };
-    r.compute_images_per_sec = world * time_compute(batch, o, run, watch);
-    if (!o.profile_dir.empty()) r.profile_table = profile_compute(o, run, collectives);
-  }
+  const DeviceBatch batch = fixed_batch(s, config);
+  auto run = [&] {
+    step.forward_backward(batch.images, batch.labels, true);
+    step.optimizer_step(config.optim.lr);
+  };
+  r.compute_images_per_sec = world * time_compute(batch, o, run, watch);
   const E2e e2e = time_e2e(s, config, o, step, ddp, watch);
   r.e2e_images_per_sec = world * e2e.images_per_sec;
   if (world > 1) r.sync_wait_share = e2e.sync_wait_share;
-  r.device = device.str();
-  r.model = config.model.name;
-  r.precision = precision_name(step.options().precision);
-  r.channels_last = channels_last;
-  r.image_size = config.data.image_size;
-  r.batch_size = config.train.batch_size;
-  r.threads = torch::get_num_threads();
-  r.loader_workers = config.data.num_workers;
-  r.world_size = world;
-  r.steps = o.steps;
-  r.warmup = o.warmup;
-  r.loader_steps = loader_steps(o);
-  r.torch_version = TORCH_VERSION;
-  r.cudnn_version = loaded_cudnn_version();
-  r.cublas_version = loaded_cublas_version();
-  r.nccl_version = nccl_version();
-  r.profile_dir = o.profile_dir;
+  describe(config, o, step, channels_last, world, r);
+  if (o.on_figures) o.on_figures(r);
+  if (!o.profile_dir.empty()) profile_compute(o, run, collectives, r);
   return r;
 }
 
@@ -260,6 +295,7 @@ std::string bench_json(const BenchResult& r) {
                    {"cublas", version(r.cublas_version)},
                    {"nccl", version(r.nccl_version)}};
   if (!r.profile_dir.empty()) j["profile_dir"] = r.profile_dir;
+  if (!r.profile_error.empty()) j["profile_error"] = r.profile_error;
   return j.dump(2) + "\n";
 }
 
@@ -285,12 +321,15 @@ std::string bench_table(const BenchResult& r) {
   if (!r.cublas_version.empty()) ss << ", cuBLAS " << r.cublas_version;
   if (!r.nccl_version.empty()) ss << ", NCCL " << r.nccl_version;
   ss << "\n";
-  if (!r.profile_dir.empty())
-    ss << "\n"
-       << r.profile_table << "(the whole table: " << r.profile_dir
-       << "/kernels.md; the trace: " << r.profile_dir
-       << "/trace.json, for https://ui.perfetto.dev or chrome://tracing)\n";
   return ss.str();
+}
+
+std::string bench_profile_report(const BenchResult& r) {
+  if (r.profile_dir.empty()) return "";
+  if (!r.profile_error.empty()) return "profile: failed, the figures above stand: " + r.profile_error + "\n";
+  return "\n" + r.profile_table + "(the whole table: " + r.profile_dir +
+         "/kernels.md; the trace: " + r.profile_dir +
+         "/trace.json, for https://ui.perfetto.dev or chrome://tracing)\n";
 }
 
 }  // namespace ranzcr

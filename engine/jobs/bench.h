@@ -4,6 +4,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 
 #include "distributed/collectives.h"
@@ -12,6 +13,8 @@
 
 namespace ranzcr {
 
+struct BenchResult;
+
 struct BenchOptions {
   int steps = 30;        // timed batches / steps per figure
   int warmup = 5;        // untimed batches / steps before each figure (thread start-up, cuDNN autotuning)
@@ -19,6 +22,10 @@ struct BenchOptions {
   torch::Device device = torch::kCPU;
   std::string profile_dir;  // set: a profiler trace and kernel table of profile_steps compute steps here
   int profile_steps = 5;
+  int profile_warmup = 2;  // compute steps before them with the profiler prepared (as the PyTorch reference)
+  // Called on every rank with the three figures once they are measured, before the profile (so that a
+  // profile that fails or is cut short costs no figure).
+  std::function<void(const BenchResult&)> on_figures;
 };
 
 struct BenchResult {
@@ -34,16 +41,22 @@ struct BenchResult {
   std::string torch_version, cudnn_version, cublas_version, nccl_version;
   std::string profile_dir;    // where --profile wrote trace.json, kernels.json, kernels.md ("" = not asked)
   std::string profile_table;  // its top kernels (the main rank's)
+  std::string profile_error;  // the one line of a profile that failed ("" = none); the figures stand
   int image_size = 0, batch_size = 0, threads = 0, loader_workers = 0, world_size = 1, steps = 0, warmup = 0,
       loader_steps = 0;
 };
 
-/// Measures the three figures for `config` on `options.device`; every rank of `collectives` runs it.
+/// Measures the three figures for `config` on `options.device` (loader, compute, end to end, in that
+/// order), then, when asked, profiles compute steps on the fixed batch with the loader stopped; every rank of
+/// `collectives` runs it. A profile that fails is `profile_error`, not an exception.
 BenchResult run_bench(const Config& config, Collectives& collectives, const BenchOptions& options);
 
 /// The result as JSON text (the `bench --out` file).
 std::string bench_json(const BenchResult& result);
-/// The result as a readable table.
+/// The figures as a readable table.
 std::string bench_table(const BenchResult& result);
+/// The profile's part of the report: its top kernels and where the files are, or the one line of its
+/// failure; "" when no profile was asked.
+std::string bench_profile_report(const BenchResult& result);
 
 }  // namespace ranzcr

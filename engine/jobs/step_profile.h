@@ -3,6 +3,8 @@
 // with its input shapes and strides, so a layout can be read from it; DIR/kernels.json and DIR/kernels.md
 // hold the top kernels by device time (on a CPU, where there are no kernels, the operators by self time),
 // in the schema scripts/bench/pytorch_reference.py --profile writes for PyTorch (compare.sh --profile).
+// Both sides read their table from the trace file they wrote, by the same rules (scripts/bench/
+// kineto_trace.py is the reference's reader), and profile 2 warm-up steps before the recorded ones.
 #pragma once
 
 #include <torch/types.h>
@@ -31,10 +33,20 @@ struct StepProfile {
   std::vector<KernelTime> kernels;  // by total time, longest first (all of them)
 };
 
-/// Records `steps` calls of `step` under the profiler (CPU operators with shapes and strides; CUDA kernels
-/// on a CUDA device), each inside a "ProfilerStep#N" range, and writes the trace to `trace_path`.
+/// Runs `warmup` calls of `step` with the profiler prepared but not recording (as torch.profiler's
+/// schedule(warmup=...) does: the first recorded step pays no set-up), then records `steps` calls (CPU
+/// operators with shapes and strides; CUDA kernels on a CUDA device), each inside a "ProfilerStep#N" range,
+/// writes the trace to `trace_path` and reads the kernel table back from it (table_from_trace).
 StepProfile profile_steps(const std::function<void()>& step, int steps, const torch::Device& device,
-                          const std::string& trace_path);
+                          const std::string& trace_path, int warmup = 2);
+
+/// The kernel table of a Kineto trace file (the chrome-trace JSON LibTorch and torch.profiler write), into
+/// `profile` (kernels, kernel_source, device_ms_per_step over profile.steps). On CUDA the device's own
+/// activities (categories kernel, gpu_memcpy, gpu_memset) by name: never the annotations Kineto mirrors onto
+/// the GPU timeline (gpu_user_annotation: ProfilerStep#N, Optimizer.step#..., each spanning the kernels it
+/// holds, so counting them would count those kernels twice). On a CPU the operators' (cpu_op) self times;
+/// user annotations are neither rows nor nested operators there. Throws on a file that is not a trace.
+void table_from_trace(const std::string& trace_path, bool cuda, StepProfile& profile);
 
 /// Sums per-operator self time from nested intervals: an event's self time is its duration less that of
 /// the events directly inside it on the same thread. (Exposed for its test.)
@@ -49,8 +61,11 @@ std::vector<KernelTime> self_times(std::vector<TimedEvent> events);
 std::string profile_json(const StepProfile& profile, const std::string& implementation, size_t top = 25);
 std::string profile_table(const StepProfile& profile, size_t top = 25);
 
+/// Makes `dir` and checks that a file can be written in it; throws one line naming the folder otherwise.
+void prepare_profile_folder(const std::string& dir);
+
 /// Writes DIR/trace.json (by profile_steps), DIR/kernels.json and DIR/kernels.md for `step`.
 StepProfile write_step_profile(const std::function<void()>& step, int steps, const torch::Device& device,
-                               const std::string& dir);
+                               const std::string& dir, int warmup = 2);
 
 }  // namespace ranzcr

@@ -83,14 +83,19 @@ torch::Tensor ServedModels::device_input(size_t m, const std::vector<const Prepa
   return upload_batch(std::move(batch), o).images;
 }
 
-torch::Tensor ServedModels::predict(const std::vector<const PreparedImage*>& images) {
-  RANZCR_CHECK(!images.empty(), "predict: no image");
+torch::Tensor ServedModels::predict(const std::vector<const PreparedImage*>& given) {
+  RANZCR_CHECK(!given.empty(), "predict: no image");
   c10::InferenceMode inference;  // no autograd bookkeeping at all (NoGradGuard still counts versions)
+  // Padded with copies of the last image to a warmed-up size (eval mode: each image's numbers are its own);
+  // the copies' rows are dropped below.
+  const int64_t n = static_cast<int64_t>(given.size());
+  std::vector<const PreparedImage*> images = given;
+  images.resize(static_cast<size_t>(padded_batch_size(static_cast<int>(n), padded_sizes_)), given.back());
   const bool single = models_.size() == 1;
   torch::Tensor sum;
   for (size_t m = 0; m < models_.size(); ++m) {
     const torch::Tensor logits =
-        eval_logits(*models_[m], device_input(m, images), options_[m]).to(torch::kCPU);
+        eval_logits(*models_[m], device_input(m, images), options_[m]).narrow(0, 0, n).to(torch::kCPU);
     const torch::Tensor p = member_probabilities(logits, single);
     sum = m == 0 ? p : sum + p;
   }
@@ -120,10 +125,29 @@ std::vector<unsigned char> ServedModels::cam_png(const PreparedImage& image,
   return png_bytes(cam_overlays(models, inputs, options_.front(), probs, {chosen}, label_names()).front());
 }
 
-void ServedModels::warm_up(const std::vector<int>& batch_sizes) {
+void ServedModels::warm_up(int max_batch, std::optional<bool> pad) {
+  RANZCR_CHECK(max_batch >= 1, "serve: the largest batch must hold at least one image");
+  const bool padded = pad.value_or(device_.is_cuda());
+  const std::vector<int> sizes = batch_plan(max_batch, padded);
+  padded_sizes_.clear();  // the warm-up's own batches run at their size
   PreparedImage blank;
   for (const auto& o : options_) blank.inputs.push_back(torch::zeros({1, o.image_size, o.image_size}));
-  for (int n : batch_sizes) predict(std::vector<const PreparedImage*>(static_cast<size_t>(n), &blank));
+  for (int n : sizes) predict(std::vector<const PreparedImage*>(static_cast<size_t>(n), &blank));
+  if (padded) padded_sizes_ = sizes;
+}
+
+std::vector<int> batch_plan(int max_batch, bool pad) {
+  std::vector<int> sizes{1};
+  if (pad)
+    for (int n = 2; n < max_batch; n *= 2) sizes.push_back(n);
+  if (max_batch > 1) sizes.push_back(max_batch);
+  return sizes;
+}
+
+int padded_batch_size(int n, const std::vector<int>& sizes) {
+  for (int size : sizes)
+    if (size >= n) return size;
+  return n;
 }
 
 }  // namespace ranzcr

@@ -4,6 +4,7 @@
 
 #include <torch/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,9 +45,14 @@ class ServedModels {
   /// names (std::runtime_error naming an unknown one). Not thread-safe: one caller, as predict.
   std::vector<unsigned char> cam_png(const PreparedImage& image, const std::vector<std::string>& labels);
 
-  /// A forward of blank images per model at each of `batch_sizes` (first-call allocations, cuDNN autotuning),
-  /// before /readyz; on the thread that will run the batches (its CUDA handles are its own).
-  void warm_up(const std::vector<int>& batch_sizes);
+  /// Before /readyz, on the thread that will run the batches (its CUDA handles are its own): a forward of
+  /// blank images per model at each size of batch_plan(max_batch, pad) (first-call allocations, cuDNN's
+  /// autotuning). With `pad` (default: on a CUDA device, where cuDNN's benchmark mode tunes every new input
+  /// shape on its first call, 0.5-3 s per convolution) predict() from then on pads each batch to the next of
+  /// those sizes, so no request meets an untuned shape; without, batches run at their own size.
+  void warm_up(int max_batch, std::optional<bool> pad = std::nullopt);
+  /// The sizes batches run at since warm_up when padded (empty: their own size).
+  const std::vector<int>& padded_sizes() const { return padded_sizes_; }
 
   const std::vector<std::string>& label_names() const { return infos_.front().label_names; }
   const std::vector<TrainedModelInfo>& infos() const { return infos_; }
@@ -62,6 +68,14 @@ class ServedModels {
   std::vector<std::shared_ptr<Classifier>> models_;
   std::vector<InferenceOptions> options_;
   torch::Device device_;
+  std::vector<int> padded_sizes_;
 };
+
+/// The batch sizes serve warms up for batches of 1 to `max_batch`: with `pad`, 1, 2, 4, ... and max_batch
+/// (each batch is padded to the next of them: at most twice the images, a handful of shapes to tune);
+/// without, 1 and max_batch.
+std::vector<int> batch_plan(int max_batch, bool pad);
+/// The smallest of `sizes` (ascending) that holds `n` images; `n` when none does or `sizes` is empty.
+int padded_batch_size(int n, const std::vector<int>& sizes);
 
 }  // namespace ranzcr

@@ -501,7 +501,7 @@ void Service::set_models(std::unique_ptr<ServedModels> models) {
   const int full = s.options.batcher.max_batch;
   s.batcher->run_exclusive([m, full, &warmed] {
     try {
-      m->warm_up({1, full});
+      m->warm_up(full);  // on CUDA every batch size up to it runs a tuned plan (served_models.h)
       warmed.set_value();
     } catch (...) {
       warmed.set_exception(std::current_exception());

@@ -26,8 +26,9 @@ class Service {
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
 
-  /// The models, warmed up on the batching thread (its CUDA handles, a batch of one and a full batch); then
-  /// the readiness probes say ready.
+  /// The models, warmed up on the batching thread (its CUDA handles; the batch sizes of
+  /// ServedModels::warm_up: on CUDA every padded size up to the largest batch, on a CPU a batch of one and a
+  /// full batch); then the readiness probes say ready.
   void set_models(std::unique_ptr<ServedModels> models);
   bool ready() const;
 

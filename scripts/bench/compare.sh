@@ -3,13 +3,15 @@
 #
 #   scripts/bench/compare.sh --config FILE [--set key=value ...] [--steps N] [--warmup W] [--loader-steps L]
 #                            [--out-dir DIR] [--repeats R] [--no-compile] [--profile] [--reduced-decode]
-#                            [--table-only]
+#                            [--append] [--table-only]
 #
 # Runs `ranzcr bench` (binary: $RANZCR_BIN, default build/ranzcr) and scripts/bench/pytorch_reference.py
 # (python: $PYTHON, default .venv/bin/python if present, else python3) with the same --config/--set/--steps/
 # --warmup/--loader-steps, alternating, R times each (default 3): ranzcr, pytorch, pytorch --compile, ranzcr,
 # pytorch, ... never two at the same time, so neither steals the other's cores. The reference runs on the
 # device ranzcr used and with ranzcr's intra-op thread count ("threads" of its JSON, given as --threads).
+# A run that fails is a warning, and the comparison goes on with the runs that did not: each side writes its
+# figures' JSON before it profiles, so a run whose profile failed still counts.
 # Each run writes its JSON: DIR/ours-K.json, DIR/pytorch-K.json, DIR/pytorch-compile-K.json (DIR defaults
 # to runs/bench); DIR/ours.json, DIR/pytorch.json and DIR/pytorch-compile.json are the summaries (the first
 # run's settings, each figure the median of the runs, "repeats" and "runs" the values). Prints, and writes
@@ -21,12 +23,20 @@
 #
 #   --repeats R       runs of each side (default 3).
 #   --no-compile      no torch.compile runs (compiling takes minutes on a CPU, tens of seconds on a GPU).
-#   --profile         the first run of ranzcr and of the eager reference also profiles its compute steps (the
-#                     reference 2 + 5), after its compute figure is timed (so a run cut short by a time limit
-#                     still has them): DIR/profile-ranzcr/ and DIR/profile-pytorch/
-#                     (trace.json for Perfetto, kernels.json, kernels.md); DIR/profile.md and stdout get the
-#                     two top-kernel tables side by side (rank, name, total ms, share), with each side's host
-#                     (cpu_ms_per_step: until queued) and device (device_ms_per_step) milliseconds per step.
+#   --profile         the first run of ranzcr and of the eager reference also profiles its compute steps, the
+#                     same way on both sides: after all three of its figures are timed and written (so a
+#                     profile that fails or is cut short by a time limit costs no figure), on the fixed batch
+#                     with the loader stopped, 2 warm-up steps with the profiler prepared, then 5 recorded:
+#                     DIR/profile-ranzcr/ and DIR/profile-pytorch/ (trace.json for Perfetto, kernels.json,
+#                     kernels.md; each side reads its table from its own trace, annotations such as
+#                     ProfilerStep#N and Optimizer.step#... not counted). DIR/profile.md and stdout get the
+#                     two top-kernel tables side by side (rank, full name, total ms, share), with each side's
+#                     host (cpu_ms_per_step: until queued) and device (device_ms_per_step) milliseconds per
+#                     step; DIR/profile-summary.md and .json the top 20 device kernels of each side with the
+#                     memory layout (NHWC, NCHW) of the convolution inputs each served, read from the traces
+#                     by scripts/bench/kineto_trace.py (the files a short GPU session takes home).
+#   --append          keep the runs already in DIR and number the new ones after them (a second pair of runs
+#                     into the same table; "the first run" above is this call's first).
 #   --reduced-decode  the reference decodes JPEGs at 1/2, 1/4 or 1/8 scale as ranzcr does (like for like);
 #                     without it, it decodes at full resolution as a typical Python pipeline does.
 #   --table-only      run nothing: the tables from the JSON files already in DIR (every ours-K/pytorch-K/
@@ -47,7 +57,7 @@ die() {
   exit 1
 }
 
-config="" out_dir="runs/bench" reduced=0 table_only=0 repeats=3 compile=1 profile=0
+config="" out_dir="runs/bench" reduced=0 table_only=0 repeats=3 compile=1 profile=0 append=0
 common=()  # arguments both implementations get
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -62,6 +72,7 @@ while [[ $# -gt 0 ]]; do
       shift
       ;;
     --reduced-decode) reduced=1; shift; continue ;;
+    --append) append=1; shift; continue ;;
     --table-only) table_only=1; shift; continue ;;
     --no-compile) compile=0; shift; continue ;;
     --profile) profile=1; shift; continue ;;
@@ -124,35 +135,74 @@ EOF
     fi
   fi
   mkdir -p "$out_dir"
-  rm -rf "$out_dir"/ours*.json "$out_dir"/pytorch*.json "$out_dir/compare.md" "$out_dir/profile.md" \
-    "$out_dir/profile-ranzcr" "$out_dir/profile-pytorch"
+  first=1  # the number of this call's first run
+  if [[ $append == 1 ]]; then
+    for f in "$out_dir"/ours-*.json "$out_dir"/pytorch-*.json; do
+      k=${f##*-}
+      k=${k%.json}
+      [[ $k =~ ^[0-9]+$ ]] && ((k >= first)) && first=$((k + 1))
+    done
+  fi
+  if [[ $append == 0 || $profile == 1 ]]; then
+    rm -rf "$out_dir/profile.md" "$out_dir/profile-summary.md" "$out_dir/profile-summary.json" \
+      "$out_dir/profile-ranzcr" "$out_dir/profile-pytorch"
+  fi
+  [[ $append == 1 ]] || rm -rf "$out_dir"/ours*.json "$out_dir"/pytorch*.json "$out_dir/compare.md"
+  warn() { echo "compare.sh: warning: $*" >&2; }
 
-  json_field() { "$python" -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' "$1" "$2"; }
-  ref_args=()
-  for ((k = 1; k <= repeats; k++)); do
-    ours_args=("${common[@]}" --out "$out_dir/ours-$k.json")
-    [[ $k == 1 && $ours_profile == 1 ]] && ours_args+=(--profile "$out_dir/profile-ranzcr")
-    echo "== [$k/$repeats] ranzcr: $bin bench ${ours_args[*]}"
-    "$bin" bench "${ours_args[@]}" || die "ranzcr bench failed (exit $?)"
-    if [[ $k == 1 ]]; then
-      # The reference runs on the device ranzcr used (cpu or cuda) and with as many intra-op threads.
-      device=$(json_field "$out_dir/ours-1.json" device)
-      threads=$(json_field "$out_dir/ours-1.json" threads)
-      ref_args=("${common[@]}" --device "${device%%:*}")
-      [[ $threads =~ ^[1-9][0-9]*$ ]] && ref_args+=(--threads "$threads")
-      [[ $reduced == 1 ]] && ref_args+=(--reduced-decode)
+  json_field() { "$python" -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' "$1" "$2" 2> /dev/null; }
+  # The reference runs on the device ranzcr used and with as many intra-op threads: from ranzcr's first
+  # figures of this folder (a failed ranzcr run leaves it to the reference's own choice, with a warning).
+  ref_args_from() {
+    ref_args=("${common[@]}")
+    local device="" threads="" f
+    for f in "$out_dir"/ours-*.json; do
+      [[ -f $f ]] || continue
+      device=$(json_field "$f" device)
+      threads=$(json_field "$f" threads)
+      break
+    done
+    if [[ -n $device ]]; then
+      ref_args+=(--device "${device%%:*}")
+    else
+      warn "no ranzcr figures yet: the reference picks its own device and threads"
     fi
+    [[ $threads =~ ^[1-9][0-9]*$ ]] && ref_args+=(--threads "$threads")
+    [[ $reduced == 1 ]] && ref_args+=(--reduced-decode)
+    return 0
+  }
+  # run_side NAME JSON COMMAND...: runs one side; a failure is a warning. A JSON written before the failure
+  # (the figures come before the profile) still counts.
+  run_side() {
+    local name=$1 json=$2 rc=0
+    shift 2
+    "$@" || rc=$?
+    if [[ $rc != 0 ]]; then
+      if [[ -f $json ]]; then
+        warn "$name exited $rc after writing its figures ($json): they count; its profile may be missing"
+      else
+        warn "$name failed (exit $rc): no figures from this run"
+      fi
+    fi
+    return 0
+  }
+  for ((k = first; k < first + repeats; k++)); do
+    ours_args=("${common[@]}" --out "$out_dir/ours-$k.json")
+    [[ $k == "$first" && $ours_profile == 1 ]] && ours_args+=(--profile "$out_dir/profile-ranzcr")
+    echo "== [$k/$((first + repeats - 1))] ranzcr: $bin bench ${ours_args[*]}"
+    run_side "ranzcr bench" "$out_dir/ours-$k.json" "$bin" bench "${ours_args[@]}"
+    ref_args_from
     args=("${ref_args[@]}" --out "$out_dir/pytorch-$k.json")
-    [[ $k == 1 && $profile == 1 ]] && args+=(--profile "$out_dir/profile-pytorch")
+    [[ $k == "$first" && $profile == 1 ]] && args+=(--profile "$out_dir/profile-pytorch")
     echo
-    echo "== [$k/$repeats] pytorch: $python $here/pytorch_reference.py ${args[*]}"
-    "$python" "$here/pytorch_reference.py" "${args[@]}" || die "pytorch reference failed (exit $?)"
+    echo "== [$k/$((first + repeats - 1))] pytorch: $python $here/pytorch_reference.py ${args[*]}"
+    run_side "the pytorch reference" "$out_dir/pytorch-$k.json" "$python" "$here/pytorch_reference.py" "${args[@]}"
     if [[ $compile == 1 ]]; then
       args=("${ref_args[@]}" --compile --out "$out_dir/pytorch-compile-$k.json")
       echo
-      echo "== [$k/$repeats] pytorch, torch.compile: $python $here/pytorch_reference.py ${args[*]}"
+      echo "== [$k/$((first + repeats - 1))] pytorch, torch.compile: $python $here/pytorch_reference.py ${args[*]}"
       if ! "$python" "$here/pytorch_reference.py" "${args[@]}"; then
-        echo "compare.sh: warning: the torch.compile reference failed; no compile column from here on" >&2
+        warn "the torch.compile reference failed; no compile column from here on"
         compile=0
       fi
     fi
@@ -161,10 +211,12 @@ EOF
 fi
 
 [[ -d $out_dir ]] || die "no folder $out_dir (run without --table-only first)"
-"$python" - "$out_dir" << 'EOF'
+"$python" - "$out_dir" "$here" << 'EOF'
 import glob, json, os, re, statistics, sys
 
 out = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import kineto_trace  # noqa: E402  (scripts/bench/kineto_trace.py: the trace reader of both sides)
 
 
 def load(path):
@@ -323,11 +375,10 @@ with open(os.path.join(out, "compare.md"), "w") as f:
 profiles = {side: os.path.join(out, f"profile-{side}", "kernels.json") for side in ("ranzcr", "pytorch")}
 have = {side: load(p) for side, p in profiles.items() if os.path.isfile(p)}
 if have:
-    def short(name, width=60):
-        name = name.replace("|", "/").replace("`", "'")
-        return name if len(name) <= width else name[:width - 1] + "…"
+    def short(name):  # full names: the end of a cuDNN kernel's name says its layout (..._nhwc)
+        return name.replace("|", "/").replace("`", "'")
 
-    plines = ["", "Top kernels (the first run of each side, profiled after its compute figure was timed):", ""]
+    plines = ["", "Top kernels (the first profiled run of each side, profiled after its figures were timed and written; 2 warm-up steps, then the recorded ones):", ""]
     for side in ("ranzcr", "pytorch"):
         p = have.get(side)
         if p is None:
@@ -356,8 +407,60 @@ if have:
     print(ptext, end="")
     with open(os.path.join(out, "profile.md"), "w") as f:
         f.write(ptext.lstrip("\n"))
+
+
+# ---- the summaries: each side's top 20 device kernels, full names, and the layout of the convolution inputs
+#      each served, read from its own trace by the same reader
+def side_summary(side):
+    trace = os.path.join(out, f"profile-{side}", "trace.json")
+    if not os.path.isfile(trace):
+        return None
+    try:
+        events = kineto_trace.load(trace)
+        cuda = any(e.get("cat") == "kernel" for e in events if isinstance(e, dict))
+        rows = kineto_trace.summary(events, cuda, top=10**9)
+    except Exception as e:  # a trace cut short by a time limit: a warning, the other side goes on
+        print(f"compare.sh: warning: cannot summarise {trace}: {e}", file=sys.stderr)
+        return None
+    steps = kineto_trace.steps(events)
+    total = sum(r["total_ms"] for r in rows)
+    conv = {}
+    for r in rows:
+        for layout, calls in r.get("conv_layouts", {}).items():
+            if layout != "none":
+                conv[layout] = conv.get(layout, 0) + calls
+    return {"trace": trace, "kernel_source": "cuda kernels" if cuda else "cpu operators (self time)",
+            "steps": steps, "device_ms_per_step": round(total / steps, 3) if steps else None,
+            "conv_inputs": conv, "kernels": rows[:20]}
+
+
+summaries = {side: s for side in ("ranzcr", "pytorch") if (s := side_summary(side)) is not None}
+if summaries:
+    md = ["Top 20 device kernels of each side, with the memory layout of the convolution inputs each served "
+          "(read from the traces by scripts/bench/kineto_trace.py; a kernel launched inside no convolution: none)."]
+    for side, sm in summaries.items():
+        conv = sm["conv_inputs"]
+        others = sum(n for layout, n in conv.items() if layout not in ("NHWC", "either"))
+        verdict = ("every convolution read NHWC" if conv and not others
+                   else f"{others} convolution kernel calls read other layouts" if others else "no convolution found")
+        per_step = f"{sm['device_ms_per_step']:.2f} ms" if sm["device_ms_per_step"] is not None else "? ms"
+        md += ["", f"## {side}: {sm['steps']} steps, {per_step} of {sm['kernel_source']} per step",
+               "", "Convolution inputs, kernel calls over the whole trace: "
+               + (", ".join(f"{k} {v}" for k, v in sorted(conv.items())) or "none") + f" ({verdict}).", "",
+               "| rank | kernel | calls | total ms | share | convolution inputs |", "|---:|---|---:|---:|---:|---|"]
+        for i, r in enumerate(sm["kernels"], 1):
+            layouts = ", ".join(f"{k} {v}" for k, v in sorted(r.get("conv_layouts", {}).items()))
+            name = r["name"].replace("|", "/").replace("`", "'")
+            md.append(f"| {i} | `{name}` | {r['calls']} | {r['total_ms']:.2f} | {100 * r['share']:.1f}% | {layouts} |")
+    with open(os.path.join(out, "profile-summary.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    with open(os.path.join(out, "profile-summary.json"), "w") as f:
+        json.dump(summaries, f, indent=2)
+        f.write("\n")
+    print("\n" + "\n".join(md))
 EOF
 written="$out_dir/compare.md"
 [[ -f $out_dir/profile.md ]] && written+=", $out_dir/profile.md"
+[[ -f $out_dir/profile-summary.md ]] && written+=", $out_dir/profile-summary.md and .json"
 echo
 echo "wrote $written (the runs: $out_dir/ours-K.json, pytorch-K.json, pytorch-compile-K.json; summaries: ours.json, pytorch.json)"

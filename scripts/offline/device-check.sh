@@ -1,100 +1,173 @@
 #!/usr/bin/env bash
-# The GPU checks of one short device session (issue 40: GPU training at least as fast as PyTorch), in the
-# order that gives the most if time runs out:
-#   1. build every target on the offline host from the bundle (build-on-host.sh);
-#   2. tests: the CUDA, NCCL and channels-last layout tests (ctest -R "$GPU_TESTS");
-#   3. bench-main: scripts/bench/compare.sh, resnet50 at 512 px, bf16, batch 64: ranzcr and the PyTorch eager
-#      reference alternated, the torch.compile column, one profiled run of each side (top-kernel tables);
-#   4. bench-more: the same for efficientnet_b3 and resnet200d, shorter (one run each, no compile column,
-#      efficientnet_b3 profiled);
-#   5. recipe: `ranzcr synth` of 2048-px JPEGs, then `ranzcr bench` of efficientnet_b3 at 512 px, bf16, on
-#      the recipe (configs/ranzcr.yaml: CLAHE, 5 folds), with data.cache on (built first, timed) and off (the
-#      decode path); e2e against compute, and the GPU's busy share during the e2e phase from nvidia-smi.
-# The whole check keeps to TOTAL_SECONDS (default 540): each step gets its own limit or what is left,
-# whichever is less, a step with under 20 s left is skipped, and each writes its log into OUT (default
-# runs/device-check) at once, so a cut run still returns what it measured. At most 7 files in OUT (the device
-# tool returns 8): summary.txt, host.txt, build.log, ctest-gpu.log, bench-main.log, bench-more.log, recipe.log.
-# The step limits are estimates for an H100/H200 host with 16 cores (see the comments at each step); none
-# was measured with this order yet.
-#   OUT=/tmp/out scripts/offline/device-check.sh
-#   TOTAL_SECONDS=400 BUILD_SECONDS=300 scripts/offline/device-check.sh
-#   SKIP_BUILD=1 STEPS="recipe" scripts/offline/device-check.sh     # a second call on a machine still warm
+# The GPU checks of one short device session (15 minutes of device time a task, the machine's start
+# included), in the order that gives the most if time runs out: the decisive ratio to PyTorch first.
+#
+# First call (the default; TOTAL_SECONDS 540; `--plan` prints the steps, their limits and their sum):
+#   host         nvidia-smi, the versions of torch, cuDNN, timm, OpenCV
+#   build-ranzcr the ranzcr target alone (build-on-host.sh, RANZCR_BUILD_TARGET=ranzcr): 97 of the 200 objects,
+#                so a slow build of the tests cannot cost the binary
+#   bench-main   scripts/bench/compare.sh, resnet50 at 512 px, bf16, batch 64: ranzcr, PyTorch eager and
+#                torch.compile, one run each, no profiler (the figures are in the log when the step ends)
+#   bench-pair   a second ranzcr/eager pair into the same table (compare.sh --append), each side profiling
+#                after its figures: the top kernels of both sides, and the layout of every convolution's
+#                inputs (profiles.md, profiles.json)
+#   build-tests  the targets of the GPU tests (models_tests engine_tests distributed_tests apps_tests)
+#   tests        ctest -R "$GPU_TESTS": the CUDA, NCCL and channels-last tests (each CUDA test with a ctest
+#                timeout of its own, tests/ctest_timeouts.cmake, so a hang cannot take the step)
+# Second call (`--second`: SKIP_BUILD=1, on the machine still warm after the first; TOTAL_SECONDS 240):
+#   bench-more   efficientnet_b3 and resnet200d, one ranzcr/eager pair each, no compile column,
+#                efficientnet_b3 profiled
+#   recipe       `ranzcr synth` of 2048-px JPEGs, then `ranzcr bench` of the recipe (configs/ranzcr.yaml:
+#                efficientnet_b3 at 512 px, CLAHE) with data.cache on (built at its start) and off (the
+#                decode path): e2e against compute, and the GPU's busy share in the e2e phase (nvidia-smi)
+#
+# Each step gets its own limit or what is left of TOTAL_SECONDS, whichever is less; a step with under 20 s
+# left is skipped; each writes into OUT (default runs/device-check) as it runs, so a cut call still returns
+# what it measured. At most 8 files in OUT (what the device tool returns): summary.txt, host.txt, build.log,
+# bench-main.log, bench-pair.log (bench-more.log, recipe.log in the second call), profiles.md,
+# profiles.json, ctest-gpu.log. The limits are estimates for an H100/H200 host with 16 cores (see each step's
+# comment); none was measured in this order yet.
+#   scripts/offline/device-check.sh --plan                 # the first call's steps and limits; no run
+#   OUT=$OUT scripts/offline/device-check.sh               # the first call
+#   OUT=$OUT scripts/offline/device-check.sh --second      # the second call, on the warm machine
 # A dry run of the control flow on a CPU machine (tiny sizes; the GPU-only parts say they are skipped):
-#   SKIP_BUILD=1 BIN=build/ranzcr STEPS="bench-main recipe" PRECISION=fp32 MAIN_MODEL=resnet18 MAIN_SIZE=64 \
-#     MAIN_BATCH=8 STEPS_PER_FIGURE=3 WARMUP=1 REPEATS=2 NO_COMPILE=1 NUM_IMAGES=40 IMAGE_SIZE=256 \
-#     RECIPE_MODEL=tiny_cnn RECIPE_SIZE=64 RECIPE_BATCH=8 OUT=/tmp/dc scripts/offline/device-check.sh
-# Other settings (environment): BUILD_DIR (build-gpu), PYTHON (python3: torch, timm, cv2 for the reference),
-# STEPS (default "tests bench-main bench-more recipe"), GPU_TESTS (the ctest regex), MORE_MODELS
-# ("efficientnet_b3 resnet200d"), MORE_BATCH (32), WORKERS (loader threads/processes: cores - 2),
-# SYNTH_DIR (datasets/synth2048), RECIPE_STEPS (30), RECIPE_LOADER_STEPS (60: the loader's first batches
-# come from its prefetch queue, data.prefetch_batches, so a short loader figure overstates it), BENCH_DATA
-# (data.root of the compare runs; default the quickstart's synthetic set, which ranzcr generates on first use).
-# Rehearsed on the 2-core CPU machine (fake nvidia-smi and the dry run above): the control flow, the cut of a
-# step at its limit with the --table-only fallback, the skipping of steps when time is short.
+#   SKIP_BUILD=1 BIN=build/ranzcr BUILD_DIR=build STEPS="bench-main bench-pair tests bench-more recipe" \
+#     PRECISION=fp32 MAIN_MODEL=resnet18 MAIN_SIZE=64 MAIN_BATCH=8 STEPS_PER_FIGURE=3 WARMUP=1 NO_COMPILE=1 \
+#     MORE_MODELS=tiny_cnn MORE_BATCH=8 NUM_IMAGES=40 IMAGE_SIZE=256 RECIPE_MODEL=tiny_cnn RECIPE_SIZE=64 \
+#     RECIPE_BATCH=8 GPU_TESTS=ChannelsLast.Recorder OUT=/tmp/dc scripts/offline/device-check.sh
+# Settings (environment): BUILD_DIR (build-gpu), BIN, PYTHON (python3: torch, timm, cv2 for the reference),
+# STEPS (the call's steps), GPU_TESTS (the ctest regex), the limits (HOST_SECONDS, BUILD_SECONDS,
+# BENCH_MAIN_SECONDS, BENCH_PAIR_SECONDS, BUILD_TESTS_SECONDS, TEST_SECONDS, BENCH_MORE_SECONDS a model,
+# SYNTH_SECONDS, RECIPE_BENCH_SECONDS a bench), MAIN_MODEL/MAIN_SIZE/MAIN_BATCH, MORE_MODELS ("efficientnet_b3
+# resnet200d"), MORE_BATCH (32), WORKERS (loader threads/processes: cores - 2), SYNTH_DIR (datasets/synth2048),
+# NUM_IMAGES (300), RECIPE_STEPS (20), RECIPE_LOADER_STEPS (40: the loader's first batches come from its
+# prefetch queue, so a short loader figure overstates it), BENCH_DATA (data.root of the compare runs; default
+# the quickstart's synthetic set, which ranzcr generates on first use).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+
+call=first plan_only=0
+for arg in "$@"; do
+  case $arg in
+    --plan) plan_only=1 ;;
+    --second) call=second ;;
+    -h | --help)
+      awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
+      exit 0
+      ;;
+    *) echo "device-check.sh: unknown argument '$arg' (--plan, --second, --help)" >&2; exit 2 ;;
+  esac
+done
+if [[ $call == second ]]; then
+  SKIP_BUILD=${SKIP_BUILD:-1}
+  STEPS=${STEPS:-bench-more recipe}
+  TOTAL_SECONDS=${TOTAL_SECONDS:-240}
+else
+  STEPS=${STEPS:-build-ranzcr bench-main bench-pair build-tests tests}
+  TOTAL_SECONDS=${TOTAL_SECONDS:-540}
+fi
+MORE_MODELS=${MORE_MODELS:-efficientnet_b3 resnet200d}
+
+# The limit of each step (seconds), with what the estimate rests on.
+declare -A LIMIT=(
+  [host]=${HOST_SECONDS:-15}                  # nvidia-smi and three python imports
+  [build-ranzcr]=${BUILD_SECONDS:-130}        # ~140 s for 160 objects on 16 cores before: 97 objects + configure
+  [bench-main]=${BENCH_MAIN_SECONDS:-140}     # ranzcr ~25 s (CUDA start, cuDNN autotuning), eager ~30 s,
+                                              # torch.compile ~60-80 s the first time on 16 cores
+  [bench-pair]=${BENCH_PAIR_SECONDS:-100}     # the pair again (~55 s) and two profiles (7 steps, trace, ~15 s each)
+  [build-tests]=${BUILD_TESTS_SECONDS:-70}    # 40 more objects and four test binaries to link
+  [tests]=${TEST_SECONDS:-55}                 # ~40 s in earlier sessions, the CUDA layout test of the zoo added
+  [bench-more]=${BENCH_MORE_SECONDS:-65}      # a model: a pair without compile; resnet200d's autotuning is longest
+  [recipe-synth]=${SYNTH_SECONDS:-25}         # 300 images of 2048 px (800 took ~20 s on 16 cores)
+  [recipe-bench]=${RECIPE_BENCH_SECONDS:-35}  # a bench: cache build or decode path, 20 steps
+)
+# The call's steps in order, one entry per limit taken (bench-more once per model, recipe's bench twice).
+plan_steps() {
+  local s m
+  [[ $call == first ]] && echo host
+  for s in $STEPS; do
+    case $s in
+      bench-more) for m in $MORE_MODELS; do echo "bench-more"; done ;;
+      recipe) echo recipe-synth; echo recipe-bench; echo recipe-bench ;;
+      *) echo "$s" ;;
+    esac
+  done
+}
+print_plan() {
+  local total=0 s main_by=""
+  echo "device-check.sh: the $call call (TOTAL_SECONDS $TOTAL_SECONDS; a step gets its limit or what is left)"
+  while read -r s; do
+    total=$((total + ${LIMIT[$s]}))
+    printf '  %-13s limit %4d s, done by %4d s\n' "$s" "${LIMIT[$s]}" "$total"
+    [[ $s == bench-main ]] && main_by=$total
+  done < <(plan_steps)
+  [[ -n $main_by ]] && echo "the comparison's figures (bench-main) by: $main_by s"
+  ((total > TOTAL_SECONDS)) && echo "warning: the limits add up to more than TOTAL_SECONDS: the last steps get what is left"
+  echo "$call call: $total s"
+}
+if [[ $plan_only == 1 ]]; then
+  print_plan
+  exit 0
+fi
+
 OUT=${OUT:-runs/device-check}
 mkdir -p "$OUT"
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 BIN=${BIN:-$BUILD_DIR/ranzcr}
 PY=${PYTHON:-python3}
-STEPS=${STEPS:-tests bench-main bench-more recipe}
 cores=$(nproc)
 WORKERS=${WORKERS:-$((cores > 4 ? cores - 2 : 2))}
 PRECISION=${PRECISION:-bf16}
 STEPS_PER_FIGURE=${STEPS_PER_FIGURE:-15}
 WARMUP=${WARMUP:-5}
-REPEATS=${REPEATS:-2}
 t0=$(date +%s)
-deadline=$((t0 + ${TOTAL_SECONDS:-540}))
+deadline=$((t0 + TOTAL_SECONDS))
 step() { echo "=== $(date +%T) +$(($(date +%s) - t0)) s: $*" | tee -a "$OUT/summary.txt"; }
 note() { echo "    $*" | tee -a "$OUT/summary.txt"; }
-# limit N: N seconds, or what is left of the whole check if less (0 when nothing is left).
+# limit NAME: the step's limit, or what is left of the whole call if less (0 when nothing is left).
 limit() {
   local left=$((deadline - $(date +%s)))
   ((left < 0)) && left=0
-  echo $((left < $1 ? left : $1))
+  echo $((left < ${LIMIT[$1]} ? left : ${LIMIT[$1]}))
 }
 wanted() { [[ " $STEPS " == *" $1 "* ]]; }
-# enough NAME T: false (and a line saying so) when T, the step's limit, is under 20 s.
+# enough WHAT T: false (and a line saying so) when T, the step's limit, is under 20 s.
 enough() {
   (($2 >= 20)) && return 0
   step "$1 skipped: $2 s left of TOTAL_SECONDS"
   return 1
 }
 
+print_plan | tee -a "$OUT/summary.txt"
 step "host ($cores cores; steps: $STEPS)"
 { nvidia-smi; nproc; free -g; c++ --version | head -n 1
-  "$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(),
+  timeout "${LIMIT[host]}" "$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(),
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")'
-  "$PY" -c 'import timm, cv2; print("timm", timm.__version__, "opencv", cv2.__version__)'; } >"$OUT/host.txt" 2>&1
+  timeout "${LIMIT[host]}" "$PY" -c 'import timm, cv2; print("timm", timm.__version__, "opencv", cv2.__version__)'; } >"$OUT/host.txt" 2>&1
 
-# 1. Build: ~140 s with 16 cores in the last two sessions (160 objects then, 215 now: an estimate).
+# build TARGETS...: build-on-host.sh of those targets alone (configure on the first), into build.log.
+build() {
+  local name=$1 t
+  shift
+  t=$(limit "$name")
+  enough "$name" "$t" || return 1
+  step "$name: $* (limit $t s)"
+  echo "=== $name: $*" >>"$OUT/build.log"
+  RANZCR_SKIP_TESTS=1 RANZCR_BUILD_TARGET="$*" BUILD_DIR=$BUILD_DIR timeout "$t" scripts/offline/build-on-host.sh \
+    >>"$OUT/build.log" 2>&1
+  step "$name rc=$?"
+}
 if [[ ${SKIP_BUILD:-0} == 1 ]]; then
   step "build skipped (SKIP_BUILD=1), binary $BIN"
-else
-  t=$(limit "${BUILD_SECONDS:-240}")
-  step "build every target (limit $t s)"
-  RANZCR_SKIP_TESTS=1 BUILD_DIR=$BUILD_DIR timeout "$t" scripts/offline/build-on-host.sh >"$OUT/build.log" 2>&1
-  step "build rc=$?"
+elif wanted build-ranzcr; then
+  build build-ranzcr ranzcr
 fi
 [ -x "$BIN" ] || { step "no binary $BIN: stopping"; tail -n 40 "$OUT/build.log" 2>/dev/null; exit 1; }
 "$BIN" --version >>"$OUT/host.txt" 2>&1
 
-# 2. The CUDA, NCCL and layout tests (~40 s in the last sessions with the sandbox tests, dropped here: they
-#    passed on the host in issue 27's session and run in CI).
-GPU_TESTS=${GPU_TESTS:-'Cuda|Nccl|World\.Gpu|ChannelsLast|Linking'}
-if wanted tests; then
-  t=$(limit "${TEST_SECONDS:-90}")
-  if enough tests "$t"; then
-    step "CUDA, NCCL and channels-last tests: ctest -R '$GPU_TESTS' (limit $t s)"
-    timeout "$t" ctest --test-dir "$BUILD_DIR" -j "$cores" --output-on-failure -R "$GPU_TESTS" >"$OUT/ctest-gpu.log" 2>&1
-    step "ctest rc=$? ($(grep -E 'tests passed|tests failed|No tests were found' "$OUT/ctest-gpu.log" | tail -n 1))"
-  fi
-fi
-
 # compare LOG LIMIT DIR COMPARE-ARGS...: compare.sh --out-dir DIR into LOG (appended); when it is cut or fails,
-# the table of the runs it finished (--table-only); the compute row, warnings and profile lines to the summary.
+# the table of the runs it finished (--table-only); the compute row, warnings and profile lines to the
+# summary, the profile summary (the top kernels and layouts of both sides) to OUT/profiles.md and .json.
 compare() {
   local log=$1 t=$2 dir=$3
   shift 3
@@ -105,8 +178,18 @@ compare() {
     PYTHON=$PY timeout 30 scripts/bench/compare.sh --table-only --out-dir "$dir" >>"$log" 2>&1
   fi
   note "$(grep -E '^\| compute' "$dir/compare.md" 2>/dev/null || echo "no compute row")"
-  grep -hE '^\*\*Warning|^- (ranzcr|pytorch) \(' "$dir/compare.md" "$dir/profile.md" 2>/dev/null |
-    while read -r w; do note "$w"; done
+  grep -hE '^\*\*Warning|^- (ranzcr|pytorch) \(|^Convolution inputs|^## ' "$dir/compare.md" "$dir/profile.md" \
+    "$dir/profile-summary.md" 2>/dev/null | while read -r w; do note "$w"; done
+  if [[ -f $dir/profile-summary.md ]]; then
+    { echo "# $dir"; echo; cat "$dir/profile-summary.md"; echo; cat "$dir/profile.md" 2>/dev/null; echo; } >>"$OUT/profiles.md"
+    "$PY" - "$OUT/profiles.json" "$dir" <<'EOF'
+import json, os, sys
+path, folder = sys.argv[1], sys.argv[2]
+merged = json.load(open(path)) if os.path.isfile(path) else {}
+merged[folder] = json.load(open(os.path.join(folder, "profile-summary.json")))
+json.dump(merged, open(path, "w"), indent=1)
+EOF
+  fi
   return $rc
 }
 bench_sets() {  # bench_sets MODEL SIZE BATCH: the --set arguments of a compare run
@@ -115,52 +198,74 @@ bench_sets() {  # bench_sets MODEL SIZE BATCH: the --set arguments of a compare 
 }
 compile_flag=() compile_what="torch.compile column"
 [[ ${NO_COMPILE:-0} == 1 ]] && compile_flag=(--no-compile) compile_what="no compile (NO_COMPILE=1)"
+main_model=${MAIN_MODEL:-resnet50} main_size=${MAIN_SIZE:-512} main_batch=${MAIN_BATCH:-64}
 
-# 3. resnet50 at 512, batch 64. Estimate: a ranzcr run ~20 s (CUDA start, cuDNN autotuning), a reference run
-#    ~25 s (imports, 14 worker processes), torch.compile ~60-90 s the first time (16 cores; Inductor's cache
-#    makes the second ~20 s; resnet18 on the 2-core CPU: 64 s, then 9-11 s), the profiles ~10 s: about 200 s
-#    for 2 repeats. Cut at its limit, the table of the runs it finished is still in the log.
+# bench-main: the decisive ratio, no profiler in these runs.
 if wanted bench-main; then
-  t=$(limit "${BENCH_MAIN_SECONDS:-210}")
+  t=$(limit bench-main)
   if enough bench-main "$t"; then
-    m=${MAIN_MODEL:-resnet50}
-    step "bench-main: compare.sh $m ${MAIN_SIZE:-512} px batch ${MAIN_BATCH:-64} $PRECISION, $REPEATS repeats, profile, $compile_what (limit $t s)"
+    step "bench-main: compare.sh $main_model $main_size px batch $main_batch $PRECISION, 1 run each, $compile_what (limit $t s)"
     # shellcheck disable=SC2046
-    compare "$OUT/bench-main.log" "$t" runs/device-bench-main $(bench_sets "$m" "${MAIN_SIZE:-512}" "${MAIN_BATCH:-64}") \
-      --steps "$STEPS_PER_FIGURE" --warmup "$WARMUP" --repeats "$REPEATS" --profile "${compile_flag[@]}"
+    compare "$OUT/bench-main.log" "$t" runs/device-bench-main $(bench_sets "$main_model" "$main_size" "$main_batch") \
+      --steps "$STEPS_PER_FIGURE" --warmup "$WARMUP" --repeats 1 "${compile_flag[@]}"
     step "bench-main rc=$?"
   fi
 fi
 
-# 4. efficientnet_b3 and resnet200d, one run of each side, no compile column; the first one profiled.
-#    Estimate: ~50-60 s a model (resnet200d's cuDNN autotuning is the longest).
+# bench-pair: a second pair into the same table, each side profiling after its figures.
+if wanted bench-pair; then
+  t=$(limit bench-pair)
+  if enough bench-pair "$t"; then
+    step "bench-pair: compare.sh --append, a second ranzcr/eager pair, both profiled after their figures (limit $t s)"
+    # shellcheck disable=SC2046
+    compare "$OUT/bench-pair.log" "$t" runs/device-bench-main $(bench_sets "$main_model" "$main_size" "$main_batch") \
+      --steps "$STEPS_PER_FIGURE" --warmup "$WARMUP" --repeats 1 --no-compile --profile --append
+    step "bench-pair rc=$?"
+  fi
+fi
+
+# build-tests, tests: the CUDA, NCCL and layout tests.
+GPU_TESTS=${GPU_TESTS:-'Cuda|Nccl|World\.Gpu|ChannelsLast|Linking'}
+if [[ ${SKIP_BUILD:-0} != 1 ]] && wanted build-tests; then
+  build build-tests models_tests engine_tests distributed_tests apps_tests
+fi
+if wanted tests; then
+  t=$(limit tests)
+  if enough tests "$t"; then
+    step "CUDA, NCCL and channels-last tests: ctest -R '$GPU_TESTS' (limit $t s)"
+    timeout "$t" ctest --test-dir "$BUILD_DIR" -j "$cores" --output-on-failure -R "$GPU_TESTS" >"$OUT/ctest-gpu.log" 2>&1
+    step "ctest rc=$? ($(grep -E 'tests passed|tests failed|No tests were found' "$OUT/ctest-gpu.log" | tail -n 1))"
+    grep -E '(Passed|Failed|Not Run|Timeout|\*\*\*Skipped).*sec$' "$OUT/ctest-gpu.log" | grep -E 'Cuda|Nccl|Gpu' |
+      while read -r l; do note "$l"; done
+  fi
+fi
+
+# bench-more: efficientnet_b3 and resnet200d, one pair each, no compile column; the first one profiled.
 if wanted bench-more; then
   first=1
-  for m in ${MORE_MODELS:-efficientnet_b3 resnet200d}; do
-    t=$(limit "${BENCH_MORE_SECONDS:-75}")
+  for m in $MORE_MODELS; do
+    t=$(limit bench-more)
     enough "bench-more $m" "$t" || continue
     prof=()
     [[ $first == 1 ]] && prof=(--profile)
     first=0
-    step "bench-more: compare.sh $m ${MAIN_SIZE:-512} px batch ${MORE_BATCH:-32} $PRECISION, 1 run, no compile${prof:+, profile} (limit $t s)"
+    step "bench-more: compare.sh $m $main_size px batch ${MORE_BATCH:-32} $PRECISION, 1 pair, no compile${prof:+, profile} (limit $t s)"
     echo "=== $m" >>"$OUT/bench-more.log"
     # shellcheck disable=SC2046
-    compare "$OUT/bench-more.log" "$t" "runs/device-bench-$m" $(bench_sets "$m" "${MAIN_SIZE:-512}" "${MORE_BATCH:-32}") \
+    compare "$OUT/bench-more.log" "$t" "runs/device-bench-$m" $(bench_sets "$m" "$main_size" "${MORE_BATCH:-32}") \
       --steps "$((STEPS_PER_FIGURE * 2 / 3))" --warmup "$WARMUP" --repeats 1 --no-compile "${prof[@]}"
     step "bench-more $m rc=$?"
   done
 fi
 
-# 5. The real recipe: 2048-px JPEGs, efficientnet_b3 at 512 px, data.cache on (built first) and off.
-#    Estimate: synth of 800 images ~20 s on 16 cores (2048 px; measured on 2 cores: see docs/benchmarks.md),
-#    the cache build a few seconds, each bench ~25 s: ~90 s.
+# recipe: the real recipe's data path, 2048-px JPEGs, data.cache on (built at the bench's start) and off.
 gpu_mean() {  # gpu_mean SAMPLES JSON STEPS: mean utilization.gpu over the samples of the e2e phase
   "$PY" - "$@" <<'EOF'
 import datetime, json, os, sys
 samples, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 try:
     r = json.load(open(out))
-    end = os.path.getmtime(out)  # bench writes its JSON right after the e2e phase, its last
+    end = os.path.getmtime(out)  # bench writes its JSON right after the e2e phase, its last figure
 except (OSError, ValueError):
     sys.exit(print("gpu busy: no bench JSON"))
 span = steps * r["batch_size"] / r["e2e_images_per_sec"]  # the timed e2e steps, in seconds
@@ -183,7 +288,7 @@ EOF
 # recipe_bench NAME CACHE: one ranzcr bench of the recipe with data.cache=CACHE, GPU utilization sampled.
 recipe_bench() {
   local name=$1 cache=$2 t json=runs/device-recipe/$1.json samples=runs/device-recipe/$1.gpu
-  t=$(limit "${RECIPE_BENCH_SECONDS:-45}")
+  t=$(limit recipe-bench)
   enough "recipe $name" "$t" || return 1
   step "recipe: bench $name (data.cache=$cache, limit $t s)"
   local sampler=""
@@ -194,28 +299,32 @@ recipe_bench() {
     sampler=$!
   fi
   echo "=== bench $name: data.cache=$cache" >>"$OUT/recipe.log"
+  local s0
+  s0=$(date +%s%N)
   timeout "$t" "$BIN" bench --config configs/ranzcr.yaml "${recipe_sets[@]}" --set data.cache="$cache" \
-    --steps "${RECIPE_STEPS:-30}" --warmup "$WARMUP" --loader-steps "${RECIPE_LOADER_STEPS:-60}" --out "$json" \
+    --steps "${RECIPE_STEPS:-20}" --warmup "$WARMUP" --loader-steps "${RECIPE_LOADER_STEPS:-40}" --out "$json" \
     >>"$OUT/recipe.log" 2>&1
   local rc=$?
+  note "$name: the whole bench took $((($(date +%s%N) - s0) / 1000000)) ms, rc=$rc"
   if [[ -n $sampler ]]; then
     kill "$sampler" 2>/dev/null
     wait "$sampler" 2>/dev/null
-    note "$(gpu_mean "$samples" "$json" "${RECIPE_STEPS:-30}" 2>&1 | tee -a "$OUT/recipe.log")"
+    note "$(gpu_mean "$samples" "$json" "${RECIPE_STEPS:-20}" 2>&1 | tee -a "$OUT/recipe.log")"
   else
     note "no nvidia-smi: GPU utilization not sampled" | tee -a "$OUT/recipe.log" >/dev/null
   fi
+  grep -E '^cache: built' "$OUT/recipe.log" | tail -n 1 | while read -r l; do note "$l"; done
   grep -E '^  (loader|compute|e2e) ' "$OUT/recipe.log" | tail -n 3 | while read -r l; do note "$name: $l"; done
   step "recipe $name rc=$rc"
 }
 if wanted recipe; then
   synth_dir=${SYNTH_DIR:-datasets/synth2048}
-  n=${NUM_IMAGES:-800}
+  n=${NUM_IMAGES:-300}
   rm -rf runs/device-recipe && mkdir -p runs/device-recipe
   if [[ -f $synth_dir/train.csv ]]; then
     step "recipe: $synth_dir exists, kept"
   else
-    t=$(limit "${SYNTH_SECONDS:-60}")
+    t=$(limit recipe-synth)
     if enough "recipe synth" "$t"; then
       step "recipe: ranzcr synth --num-images $n --image-size ${IMAGE_SIZE:-2048}, $cores threads (limit $t s)"
       rm -rf "$synth_dir"
@@ -228,21 +337,7 @@ if wanted recipe; then
     recipe_sets=(--set data.root="$synth_dir" --set model.name="${RECIPE_MODEL:-efficientnet_b3}"
       --set model.pretrained= --set data.image_size="${RECIPE_SIZE:-512}" --set train.batch_size="${RECIPE_BATCH:-32}"
       --set train.precision="$PRECISION" --set data.num_workers="$WORKERS")
-    # The cache is built by the first bench that opens it (every core); built here in a short bench of its
-    # own, so its time is on its own line and the measured run below reads it.
-    t=$(limit "${CACHE_SECONDS:-40}")
-    if enough "recipe cache build" "$t"; then
-      step "recipe: build data.cache (limit $t s)"
-      echo "=== building data.cache (a 1-step bench)" >>"$OUT/recipe.log"
-      s0=$(date +%s%N)
-      timeout "$t" "$BIN" bench --config configs/ranzcr.yaml "${recipe_sets[@]}" --set data.cache=on \
-        --steps 1 --warmup 0 --loader-steps 1 >>"$OUT/recipe.log" 2>&1
-      rc=$?
-      note "cache build and a 1-step bench: $((($(date +%s%N) - s0) / 1000000)) ms, rc=$rc; $(du -sh "$synth_dir/cache" 2>/dev/null | cut -f1)B"
-      note "$(grep -E '^cache: built' "$OUT/recipe.log" | tail -n 1)"
-      recipe_bench cache-on on
-      recipe_bench cache-off off
-    fi
+    recipe_bench cache-on on && recipe_bench cache-off off
   fi
 fi
 step "done"

@@ -3,7 +3,10 @@
 #include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
 
+#include <algorithm>
 #include <regex>
+#include <utility>
+#include <vector>
 
 #include "data/csv.h"
 #include "distributed/world.h"
@@ -337,9 +340,14 @@ void expect_profile(const std::string& dir, const std::string& output) {
   const auto trace = nlohmann::json::parse(test::read_file(dir + "/trace.json"));
   ASSERT_TRUE(trace.contains("traceEvents")) << dir;
   bool step_marked = false, conv_with_strides = false;
+  std::vector<std::pair<double, double>> steps;  // the recorded steps' spans
+  std::vector<double> convs;                     // when each convolution started
   for (const auto& e : trace["traceEvents"]) {
     const std::string name = e.value("name", "");
-    step_marked |= name == "ProfilerStep#1";
+    step_marked |= name == "ProfilerStep#3";  // the second recorded step, after 2 warm-up steps (#0, #1)
+    if (name.rfind("ProfilerStep#", 0) == 0 && e.value("cat", "") == "user_annotation")
+      steps.emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+    if (name == "aten::convolution") convs.push_back(e["ts"].get<double>());
     if (name == "aten::convolution" && e.contains("args")) {
       const auto& args = e["args"];
       conv_with_strides |= args.contains("Input Dims") && args.contains("Input Strides") &&
@@ -348,6 +356,14 @@ void expect_profile(const std::string& dir, const std::string& output) {
   }
   EXPECT_TRUE(step_marked) << dir;
   EXPECT_TRUE(conv_with_strides) << dir;
+  // The warm-up steps ran with the profiler prepared but not recording: every convolution in the trace lies
+  // inside one of the 2 recorded steps.
+  EXPECT_EQ(steps.size(), 2u) << dir;
+  EXPECT_FALSE(convs.empty());
+  for (double t : convs)
+    EXPECT_TRUE(
+        std::any_of(steps.begin(), steps.end(), [t](const auto& s) { return s.first <= t && t <= s.second; }))
+        << "a convolution at " << t << " outside the recorded steps";
   const auto k = nlohmann::json::parse(test::read_file(dir + "/kernels.json"));
   EXPECT_EQ(k["implementation"], "ranzcr");
   EXPECT_EQ(k["device"], "cpu");
@@ -407,6 +423,31 @@ TEST_F(CliTest, BenchWritesTheThreeFigures) {
     }
   }
   expect_user_error("bench --config " + cfg() + " --set train.precision=fp8", "train.precision");
+}
+
+// bench --profile into a folder that cannot be made (it would lie under a file): the figures are printed and
+// written all the same, the profile is one line, and the exit status is 0; with two ranks too (the other rank
+// learns that no profile is taken, so no step is left unpaired).
+TEST_F(CliTest, BenchKeepsItsFiguresWhenTheProfileCannotBeWritten) {
+  test::write_file(*dir_ / "a-file", "not a folder");
+  for (int nproc : {1, 2}) {
+    const std::string out = *dir_ / ("bench-noprofile" + std::to_string(nproc) + ".json");
+    const std::string profile = *dir_ / "a-file/profile";
+    const auto r = run_command(bin() + " bench --config " + cfg() + " --steps 2 --warmup 0 --out " + out +
+                               " --nproc-per-node " + std::to_string(nproc) + " --profile " + profile);
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto j = nlohmann::json::parse(test::read_file(out));
+    for (const char* key : {"loader_images_per_sec", "compute_images_per_sec", "e2e_images_per_sec"})
+      EXPECT_GT(j[key].get<double>(), 0.0) << key;
+    EXPECT_NE(j.value("profile_error", "").find(profile), std::string::npos) << j.dump();
+    size_t lines = 0;
+    for (size_t at = r.output.find("profile: failed"); at != std::string::npos;
+         at = r.output.find("profile: failed", at + 1))
+      ++lines;
+    EXPECT_EQ(lines, 1u) << r.output;
+    EXPECT_LT(r.output.find("e2e"), r.output.find("profile: failed")) << "the figures come first:\n"
+                                                                      << r.output;
+  }
 }
 
 // train.num_threads: 0 in a job of two ranks: each rank takes OMP_NUM_THREADS when it is set (as PyTorch and

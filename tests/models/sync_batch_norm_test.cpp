@@ -2,10 +2,14 @@
 // autograd of the composed operations and against finite differences in float64; two threads standing in for
 // two ranks (uneven batches) against one BatchNorm over the whole batch; torch's BatchNorm2d wherever it is
 // not synchronised. The real ranks, through the trainer, are in tests/distributed/.
+#include <c10/core/AutogradState.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -18,10 +22,13 @@
 namespace ranzcr {
 namespace {
 
-// `ranks` threads as the ranks of a job: each collective returns once every thread has called it.
+// `ranks` threads as the ranks of a job: each collective returns once every thread has called it. A rank
+// that waits longer than `patience` for the others throws instead (a test that deadlocks fails, it does not
+// hang: see run_ranks).
 class ThreadReducer {
  public:
-  explicit ThreadReducer(int ranks) : ranks_(ranks), deposits_(ranks) {}
+  explicit ThreadReducer(int ranks, std::chrono::seconds patience = std::chrono::seconds(60))
+      : ranks_(ranks), patience_(patience), deposits_(ranks) {}
 
   class Rank : public BatchNormReducer {
    public:
@@ -53,13 +60,16 @@ class ThreadReducer {
       arrived_ = 0;
       ++round_;
       changed_.notify_all();
-    } else {
-      changed_.wait(lock, [&] { return round_ != round; });
+    } else if (!changed_.wait_for(lock, patience_, [&] { return round_ != round; })) {
+      throw std::runtime_error("rank " + std::to_string(rank) + " waited " +
+                               std::to_string(patience_.count()) +
+                               " s in a collective for the other ranks (a deadlock)");
     }
     return result_;
   }
 
   int ranks_;
+  std::chrono::seconds patience_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<torch::Tensor> deposits_, result_;
@@ -141,23 +151,71 @@ TEST(SyncBatchNorm, GradientsMatchFiniteDifferencesInFloat64) {
   }
 }
 
+// Runs `body(rank)` on one thread per rank; once every thread has ended, throws one error naming each rank's
+// failure (a rank's real error and the other's timeout waiting for it both show).
+// Each thread runs its own backward: with multithreaded autograd (the default) every CUDA node of a device
+// runs on that device's one autograd worker thread, so rank 0's node, waiting in a collective for rank 1's,
+// would block the thread rank 1's node is queued on (a deadlock on a GPU; on a CPU each caller runs its own
+// nodes). Switched off (c10::AutogradState, thread-local; torch.autograd.set_multithreading_enabled(False)),
+// the engine puts every node in the calling thread's own ready queue (Engine::ready_queue), as on a CPU.
+void run_ranks(int ranks, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+      try {
+        body(r);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  std::string failures;
+  for (int r = 0; r < ranks; ++r) {
+    if (!errors[static_cast<size_t>(r)]) continue;
+    try {
+      std::rethrow_exception(errors[static_cast<size_t>(r)]);
+    } catch (const std::exception& e) {
+      failures += (failures.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": ") + e.what();
+    }
+  }
+  if (!failures.empty()) throw std::runtime_error(failures);
+}
+
+// One comparison of two ranks against one BatchNorm: the parameters' dtype, the inputs' (default: the
+// parameters'; bf16 as under autocast), the images per rank, the device and the inputs' memory layout.
+struct TwoRanks {
+  torch::Dtype dtype = torch::kFloat;
+  double tolerance = 1e-5;
+  std::vector<int64_t> sizes = {3, 5};
+  torch::Device device = torch::kCPU;
+  std::optional<torch::Dtype> input_dtype;
+  bool channels_last = false;
+};
+
 // Two ranks with sizes[0] and sizes[1] images equal one BatchNorm over all of them: outputs, the input's
 // gradient, the summed weight and bias gradients, and the running statistics. On the CPU the composite path;
-// on CUDA ATen's SyncBatchNorm kernels. A rank may have no image (a count of 0 to weigh).
-// `input_dtype` (default: `dtype`, the parameters') may be bf16, as under autocast.
-void expect_two_ranks_equal_one(torch::Dtype dtype, double tolerance, std::vector<int64_t> sizes,
-                                torch::Device device = torch::kCPU,
-                                std::optional<torch::Dtype> input_dtype = std::nullopt) {
+// on CUDA ATen's SyncBatchNorm kernels. A rank may have no image (a count of 0 to weigh). With
+// channels_last the inputs, the gradients flowing in, the outputs and the input gradients are NHWC.
+void expect_two_ranks_equal_one(const TwoRanks& c) {
+  const torch::Dtype input_dtype = c.input_dtype.value_or(c.dtype);
+  const auto& sizes = c.sizes;
   SCOPED_TRACE("images per rank " + std::to_string(sizes[0]) + " and " + std::to_string(sizes[1]) + " on " +
-               device.str() + " in " + std::string(c10::toString(input_dtype.value_or(dtype))));
+               c.device.str() + " in " + std::string(c10::toString(input_dtype)) +
+               (c.channels_last ? ", channels_last" : ""));
   torch::manual_seed(7);
-  const auto options = torch::TensorOptions().dtype(input_dtype.value_or(dtype)).device(device);
+  const auto format = c.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  const auto options = torch::TensorOptions().dtype(input_dtype).device(c.device);
   const int64_t total = sizes[0] + sizes[1];
-  const auto x = (torch::randn({total, 3, 4, 5}) * 2 + 1).to(options),
-             g = torch::randn({total, 3, 4, 5}).to(options);
+  const auto x = (torch::randn({total, 3, 4, 5}) * 2 + 1).to(options).contiguous(format),
+             g = torch::randn({total, 3, 4, 5}).to(options).contiguous(format);
+  const auto share = [&](const torch::Tensor& t, int r) {
+    return t.narrow(0, r == 0 ? 0 : sizes[0], sizes[r]).contiguous(format);
+  };
 
   torch::nn::BatchNorm2d one(torch::nn::BatchNorm2dOptions(3));
-  one->to(device, dtype);
+  one->to(c.device, c.dtype);
   auto xo = x.clone().requires_grad_();
   const auto yo = one->forward(xo);
   yo.backward(g);
@@ -167,21 +225,19 @@ void expect_two_ranks_equal_one(torch::Dtype dtype, double tolerance, std::vecto
   std::vector<torch::Tensor> xs, ys(2);
   for (int r = 0; r < 2; ++r) {
     layers.emplace_back(torch::nn::BatchNorm2dOptions(3));
-    layers[r]->to(device, dtype);
+    layers[r]->to(c.device, c.dtype);
     layers[r]->set_reducer(std::make_shared<ThreadReducer::Rank>(group, r));
     EXPECT_TRUE(layers[r]->synchronised());
-    xs.push_back(x.narrow(0, r == 0 ? 0 : sizes[0], sizes[r]).clone().requires_grad_());
+    xs.push_back(share(x, r).clone(format).requires_grad_());
   }
-  std::vector<std::thread> ranks;
-  std::optional<cuda::SyncDebugErrorGuard> no_host_sync;  // on CUDA the layer never waits for the device
-  if (device.is_cuda()) no_host_sync.emplace();
-  for (int r = 0; r < 2; ++r)
-    ranks.emplace_back([&, r] {
+  {
+    std::optional<cuda::SyncDebugErrorGuard> no_host_sync;  // on CUDA the layer never waits for the device
+    if (c.device.is_cuda()) no_host_sync.emplace();
+    run_ranks(2, [&](int r) {
       ys[r] = layers[r]->forward(xs[r]);
-      ys[r].backward(g.narrow(0, r == 0 ? 0 : sizes[0], sizes[r]));
+      ys[r].backward(share(g, r));
     });
-  for (auto& t : ranks) t.join();
-  no_host_sync.reset();
+  }
 
   const auto gap = [](const torch::Tensor& a, const torch::Tensor& b) {
     return (a - b).abs().max().item<double>();
@@ -189,6 +245,7 @@ void expect_two_ranks_equal_one(torch::Dtype dtype, double tolerance, std::vecto
   const auto grad = [](const torch::Tensor& t) {
     return t.grad().defined() ? t.grad() : torch::zeros_like(t);
   };
+  const double tolerance = c.tolerance;
   EXPECT_LE(gap(torch::cat({ys[0], ys[1]}).detach(), yo.detach()), tolerance);
   EXPECT_LE(gap(torch::cat({grad(xs[0]), grad(xs[1])}), xo.grad()), tolerance);
   EXPECT_LE(gap(grad(layers[0]->weight) + grad(layers[1]->weight), one->weight.grad()), tolerance);
@@ -197,37 +254,66 @@ void expect_two_ranks_equal_one(torch::Dtype dtype, double tolerance, std::vecto
     EXPECT_LE(gap(layers[r]->running_mean, one->running_mean), tolerance) << "rank " << r;
     EXPECT_LE(gap(layers[r]->running_var, one->running_var), tolerance) << "rank " << r;
     EXPECT_EQ(layers[r]->num_batches_tracked.item<int64_t>(), 1);
+    EXPECT_EQ(ys[r].scalar_type(), input_dtype) << "rank " << r;
+    if (c.channels_last &&
+        sizes[r] > 0) {  // the layout the next convolution reads, and the one it hands back
+      EXPECT_TRUE(ys[r].is_contiguous(torch::MemoryFormat::ChannelsLast)) << "output of rank " << r;
+      EXPECT_TRUE(grad(xs[r]).is_contiguous(torch::MemoryFormat::ChannelsLast)) << "input grad of rank " << r;
+    }
   }
   // Each rank's own statistics are not the global ones: the test would see a layer that did not synchronise.
-  if (sizes[0] > 0 && sizes[1] > 0 && !input_dtype)
-    EXPECT_GT(gap(x.narrow(0, 0, sizes[0]).mean({0, 2, 3}) * 0.1, one->running_mean), 10 * tolerance);
+  if (sizes[0] > 0 && sizes[1] > 0 && !c.input_dtype)
+    EXPECT_GT(gap(x.narrow(0, 0, sizes[0]).to(torch::kDouble).mean({0, 2, 3}) * 0.1,
+                  one->running_mean.to(torch::kDouble)),
+              10 * tolerance);
 }
 
 TEST(SyncBatchNorm, TwoRanksWithUnevenBatchesEqualOneBatchNormOverBoth) {
-  expect_two_ranks_equal_one(torch::kDouble, 1e-12, {3, 5});
-  expect_two_ranks_equal_one(torch::kFloat, 1e-5, {3, 5});
-  expect_two_ranks_equal_one(torch::kFloat, 0.1, {3, 5}, torch::kCPU,
-                             torch::kBFloat16);  // float32 parameters
+  expect_two_ranks_equal_one({torch::kDouble, 1e-12});
+  expect_two_ranks_equal_one({torch::kFloat, 1e-5});
+  expect_two_ranks_equal_one(
+      {torch::kFloat, 0.1, {3, 5}, torch::kCPU, torch::kBFloat16});  // float32 parameters
+}
+
+// NHWC, as training runs with train.channels_last (on by default on a GPU), in float32 and with bf16 inputs.
+TEST(SyncBatchNorm, ChannelsLastStaysNhwcAndEqualsOneBatchNorm) {
+  expect_two_ranks_equal_one({torch::kFloat, 1e-5, {3, 5}, torch::kCPU, std::nullopt, true});
+  expect_two_ranks_equal_one({torch::kFloat, 0.1, {3, 5}, torch::kCPU, torch::kBFloat16, true});
 }
 
 // A rank whose batch came out empty still takes part (a count of 0), first or last.
 TEST(SyncBatchNorm, ARankWithNoImagesWeighsNothing) {
-  expect_two_ranks_equal_one(torch::kDouble, 1e-12, {0, 6});
-  expect_two_ranks_equal_one(torch::kDouble, 1e-12, {6, 0});
+  expect_two_ranks_equal_one({torch::kDouble, 1e-12, {0, 6}});
+  expect_two_ranks_equal_one({torch::kDouble, 1e-12, {6, 0}});
+}
+
+// A rank that never arrives is an error after the reducer's patience, not a hang (the CUDA test below
+// relies on it).
+TEST(SyncBatchNorm, AMissingRankIsAnErrorNotAHang) {
+  ThreadReducer group(2, std::chrono::seconds(1));
+  ThreadReducer::Rank rank0(group, 0);
+  torch::Tensor t = torch::ones({2});
+  EXPECT_THROW(rank0.all_reduce_sum(t), std::runtime_error);
 }
 
 // On CUDA through ATen's SyncBatchNorm kernels (batch_norm_stats, batch_norm_gather_stats_with_counts,
 // batch_norm_elemt, batch_norm_backward_reduce/elemt): the same claims, two threads on one GPU as two ranks,
-// with no host-device synchronisation (CUDA's sync-debug mode set to error).
+// with no host-device synchronisation (CUDA's sync-debug mode set to error). Each thread runs its own
+// backward (run_ranks), and a rank that waits over 60 s in a collective throws (ThreadReducer), so it cannot
+// hang; ctest's timeout for it is 180 s (tests/ctest_timeouts.cmake).
 TEST(SyncBatchNorm, CudaKernelsEqualOneBatchNormOverBoth) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU";
   const torch::Device cuda(torch::kCUDA, 0);
   at::globalContext().setAllowTF32CuDNN(false);
-  expect_two_ranks_equal_one(torch::kFloat, 1e-4, {3, 5}, cuda);
-  expect_two_ranks_equal_one(torch::kFloat, 1e-4, {0, 6}, cuda);
-  expect_two_ranks_equal_one(torch::kFloat, 1e-4, {6, 0}, cuda);
-  expect_two_ranks_equal_one(torch::kDouble, 1e-10, {3, 5}, cuda);
-  expect_two_ranks_equal_one(torch::kFloat, 0.1, {3, 5}, cuda, torch::kBFloat16);  // float32 parameters
+  expect_two_ranks_equal_one({torch::kFloat, 1e-4, {3, 5}, cuda});
+  expect_two_ranks_equal_one({torch::kFloat, 1e-4, {0, 6}, cuda});
+  expect_two_ranks_equal_one({torch::kFloat, 1e-4, {6, 0}, cuda});
+  expect_two_ranks_equal_one({torch::kDouble, 1e-10, {3, 5}, cuda});
+  expect_two_ranks_equal_one({torch::kFloat, 0.1, {3, 5}, cuda, torch::kBFloat16});  // float32 parameters
+  // channels_last + bf16, as training runs on a GPU by default
+  expect_two_ranks_equal_one({torch::kFloat, 1e-4, {3, 5}, cuda, std::nullopt, true});
+  expect_two_ranks_equal_one({torch::kFloat, 0.1, {3, 5}, cuda, torch::kBFloat16, true});
+  expect_two_ranks_equal_one({torch::kFloat, 0.1, {0, 6}, cuda, torch::kBFloat16, true});
 }
 
 // bf16 inputs (as under autocast): the statistics in float32, the output in bf16 and close to float32's.

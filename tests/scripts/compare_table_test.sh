@@ -93,7 +93,7 @@ check "summary ours.json is the medians" "$d/ours.json" '"compute_images_per_sec
 check "summary ours.json keeps the runs" "$d/ours.json" '"repeats": 3'
 check "summary pytorch-compile.json" "$d/pytorch-compile.json" '"compute_images_per_sec": 1050'
 check "profile.md: host and device ms per step" "$d/profile.md" '^- ranzcr \(ranzcr, cuda:0\): 5 steps, cpu_ms_per_step 41\.50, device_ms_per_step 80\.25'
-check "profile.md: side by side, names cut to 60" "$d/profile.md" '^\| 1 \| `sm90_xmma_wgrad_implicit_gemm_indexed_wo_smem_bf16bf16_bf16…` \| 100\.00 \| 25\.0% \| `sm90_xmma_fprop` \| 90\.00 \| 25\.7% \|$'
+check "profile.md: side by side, full names (the layout is at the end of a cuDNN kernel's)" "$d/profile.md" '^\| 1 \| `sm90_xmma_wgrad_implicit_gemm_indexed_wo_smem_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1` \| 100\.00 \| 25\.0% \| `sm90_xmma_fprop` \| 90\.00 \| 25\.7% \|$'
 check "profile.md: a | in a name does not break the table" "$d/profile.md" '^\| 2 \| `void at::native::elementwise_kernel<128, 4>/pipe` \| 50\.50'
 check "profile.md: the longer side goes on alone" "$d/profile.md" '^\| 3 \|  \|  \|  \| `Memcpy HtoD'
 check "stdout has both tables" "$tmp/out1" 'rank \| ranzcr kernel'

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # scripts/bench/pytorch_reference.py on a tiny made-up data set (48 JPEGs of 96 px, tiny_cnn at 32 px, 2 steps):
 # --threads is applied and recorded, the JSON has "versions" with the four keys, and --profile writes
-# trace.json (with "Input Dims"), kernels.json in the schema ranzcr bench --profile writes, and kernels.md.
+# trace.json (with "Input Dims"), kernels.json in the schema ranzcr bench --profile writes (no ProfilerStep# or
+# Optimizer.* rows), kernels.md, summary.json and summary.md (kineto_trace.py). A profile that cannot be written
+# (DIR under a file) costs nothing: exit 0, the figures written, one line on stderr.
 # Needs a python ($PYTHON, default .venv/bin/python, else python3) with torch, numpy, cv2 and yaml.
-# Exit 0: passed; 1: failed; 77: skipped (no such python). About 10 s on 2 cores.
+# Exit 0: passed; 1: failed; 77: skipped (no such python). About 20 s on 2 cores.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -28,13 +30,18 @@ with open(f"{root}/train.csv", "w", newline="") as f:
         w.writerow([f"s{i}"] + list(rng.integers(0, 2, 11)) + [f"p{i // 2}"])
 EOF
 cd "$repo" || exit 1
-if ! "$py" scripts/bench/pytorch_reference.py --config configs/quickstart.yaml --set data.root="$tmp/ds" \
-  --set model.name=tiny_cnn --set data.image_size=32 --set train.batch_size=8 --set data.num_workers=0 \
-  --steps 2 --warmup 1 --threads 1 --out "$tmp/ref.json" --profile "$tmp/prof" > "$tmp/log" 2>&1; then
+tiny=(--config configs/quickstart.yaml --set data.root="$tmp/ds" --set model.name=tiny_cnn --set data.image_size=32
+      --set train.batch_size=8 --set data.num_workers=0 --threads 1)
+if ! "$py" scripts/bench/pytorch_reference.py "${tiny[@]}" --steps 2 --warmup 1 --out "$tmp/ref.json" \
+  --profile "$tmp/prof" > "$tmp/log" 2>&1; then
   echo "FAILED: pytorch_reference.py exited non-zero:"
   cat "$tmp/log"
   exit 1
 fi
+# A profile directory that cannot be made (under a file): the figures stand, exit 0, one line on stderr.
+"$py" scripts/bench/pytorch_reference.py "${tiny[@]}" --steps 1 --warmup 1 --out "$tmp/ref2.json" \
+  --profile "$tmp/ref.json/prof" > "$tmp/log2" 2> "$tmp/err2"
+echo $? > "$tmp/rc2"
 "$py" - "$tmp" << 'EOF'
 import json, sys
 tmp = sys.argv[1]
@@ -64,11 +71,27 @@ check("shares in 0..1, summing to <= 1", all(0 <= x["share"] <= 1 for x in ks) a
 check("share = total_ms / (device_ms_per_step * steps)",
       abs(ks[0]["share"] - ks[0]["total_ms"] / (k["device_ms_per_step"] * k["steps"])) < 0.01)
 check("cpu_ms_per_step > 0", k["cpu_ms_per_step"] > 0 and k["wall_ms_per_step"] >= k["cpu_ms_per_step"] * 0.999)
-check("no user scopes (ProfilerStep#) among the operators", not any(x["name"].startswith("ProfilerStep") for x in ks))
+check("no user scopes (ProfilerStep#, Optimizer.*) among the rows",
+      not any(x["name"].startswith(("ProfilerStep", "Optimizer.")) for x in ks))
+s = json.load(open(f"{tmp}/prof/summary.json"))
+check("summary.json keys", sorted(s) == sorted(["label", "trace", "kernel_source", "steps", "device_ms_per_step",
+                                                 "kernels"]))
+check("summary.json: label pytorch, 5 steps, the kernels.json kernel source",
+      s["label"] == "pytorch" and s["steps"] == 5 and s["kernel_source"] == k["kernel_source"])
+check("summary.json: device_ms_per_step that of kernels.json", abs(s["device_ms_per_step"] - k["device_ms_per_step"]) < 0.002)
+check("summary.json: at most 20 rows, those of kernels.json, with conv_layouts and ops",
+      0 < len(s["kernels"]) <= 20 and [x["name"] for x in s["kernels"]] == [x["name"] for x in ks[:len(s["kernels"])]]
+      and all(sum(x["conv_layouts"].values()) == x["calls"] == sum(x["ops"].values()) for x in s["kernels"]))
+check("summary.md: a row per kernel", len([l for l in open(f"{tmp}/prof/summary.md") if l.startswith("| ")])
+      == len(s["kernels"]) + 1)
 trace = open(f"{tmp}/prof/trace.json").read()
 check("trace.json carries Input Dims and Input Strides", '"Input Dims"' in trace and '"Input Strides"' in trace)
 md = open(f"{tmp}/prof/kernels.md").read().splitlines()
 check("kernels.md: the table", "| kernel | calls | total ms | share |" in md and len([l for l in md if l.startswith("| ")]) == len(ks) + 1)
+err = open(f"{tmp}/err2").read().strip().splitlines()
+check("a failed profile: exit 0, the figures written, one line on stderr (" + " / ".join(err) + ")",
+      open(f"{tmp}/rc2").read().strip() == "0" and json.load(open(f"{tmp}/ref2.json"))["compute_images_per_sec"] > 0
+      and len(err) == 1 and err[0].startswith("pytorch reference: profile failed: ") and err[0].endswith(" stand)"))
 sys.exit(1 if fails else 0)
 EOF
 rc=$?

@@ -40,6 +40,51 @@ TEST(StepProfile, SelfTimeIsDurationLessTheDirectlyNestedEvents) {
   EXPECT_NEAR(share, 1.0, 1e-12);
 }
 
+// The hand-written Kineto trace of two CUDA training steps (tests/engine/jobs/kineto_trace/: its README
+// says how each expected number follows from the events), read as ranzcr reads its own trace: the device
+// table counts kernels, copies and memsets once, never the ProfilerStep#N and Optimizer.step#... annotations
+// mirrored on the GPU timeline; the CPU table is the operators' self time. scripts/bench/kineto_trace.py
+// (the PyTorch reference's reader) is held to the same expected.json by tests/scripts/kineto_trace_test.sh.
+void expect_table(const StepProfile& p, const nlohmann::json& expected) {
+  ASSERT_EQ(p.kernels.size(), expected.size());
+  double total = 0.0;
+  for (const auto& k : p.kernels) total += k.total_ms;
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    EXPECT_EQ(p.kernels[i].name, expected[i]["name"].get<std::string>());
+    EXPECT_EQ(p.kernels[i].calls, expected[i]["calls"].get<int64_t>());
+    EXPECT_NEAR(p.kernels[i].total_ms, expected[i]["total_ms"].get<double>(), 1e-9);
+    EXPECT_NEAR(p.kernels[i].share, p.kernels[i].total_ms / total, 1e-12);
+    EXPECT_EQ(p.kernels[i].name.rfind("ProfilerStep", 0), std::string::npos);
+    EXPECT_EQ(p.kernels[i].name.rfind("Optimizer.", 0), std::string::npos);
+  }
+}
+
+TEST(StepProfile, AHandWrittenTraceCountsEachKernelOnceAndNoAnnotation) {
+  const std::string dir = std::string(RANZCR_SOURCE_DIR) + "/tests/engine/jobs/kineto_trace/";
+  const auto expected = nlohmann::json::parse(test::read_file(dir + "expected.json"));
+  StepProfile cuda;
+  cuda.steps = expected["steps"].get<int>();
+  table_from_trace(dir + "trace.json", /*cuda=*/true, cuda);
+  EXPECT_EQ(cuda.kernel_source, "cuda kernels");
+  EXPECT_NEAR(cuda.device_ms_per_step, expected["cuda"]["device_ms_per_step"].get<double>(), 1e-9);
+  expect_table(cuda, expected["cuda"]["kernels"]);
+  StepProfile cpu;
+  cpu.steps = cuda.steps;
+  table_from_trace(dir + "trace.json", /*cuda=*/false, cpu);
+  EXPECT_EQ(cpu.kernel_source, "cpu operators (self time)");
+  expect_table(cpu, expected["cpu"]["kernels"]);
+}
+
+TEST(StepProfile, AFileThatIsNotATraceIsAnError) {
+  test::TempDir dir;
+  test::write_file(dir / "bad.json", "{\"traceEvents\": 3}");
+  StepProfile p;
+  p.steps = 1;
+  EXPECT_THROW(table_from_trace(dir / "bad.json", true, p), std::exception);
+  EXPECT_THROW(table_from_trace(dir / "absent.json", true, p), std::exception);
+}
+
 // Profiling real steps on the CPU: one conv per step in the table, the time per step measured, the JSON in
 // the schema compare.sh reads, and the trace written.
 TEST(StepProfile, RecordsTheStepsOperators) {

@@ -1,9 +1,11 @@
 // channels_last means every layer runs NHWC: a RecordFunction callback sees the 4-d inputs, weights and
-// outputs of every convolution, BatchNorm and pooling operator of a forward, and each must suggest the
-// ChannelsLast memory format (the format cuDNN, oneDNN and the pooling kernels choose their layout from).
+// outputs of every convolution, BatchNorm and pooling operator of a forward (and of their backward
+// operators, with the weight gradients, in a training step), and each must suggest the ChannelsLast memory
+// format (the format cuDNN, oneDNN and the pooling kernels choose their layout from).
 // One NCHW tensor there (the 1-channel stem weight [64,1,7,7], a 1x1 weight [O,I,1,1], a 1-channel input
 // [N,1,H,W]: each "contiguous" in both formats) makes that operator, and what follows it, run NCHW.
 #include <ATen/record_function.h>
+#include <c10/core/AutogradState.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -58,14 +60,31 @@ class NchwRecorder {
   static bool layout_op(const std::string& name) {
     static const std::set<std::string> ops = {"aten::convolution", "aten::batch_norm", "aten::max_pool2d",
                                               "aten::avg_pool2d", "aten::adaptive_avg_pool2d"};
+    return ops.count(name) > 0 || backward_op(name);
+  }
+  // The backward operators of the layers above (on CUDA, cuDNN's BatchNorm; on a CPU, the native one):
+  // every 4-d tensor in and out is checked, the weight gradient among them.
+  static bool backward_op(const std::string& name) {
+    static const std::set<std::string> ops = {
+        "aten::convolution_backward",       "aten::cudnn_batch_norm_backward",
+        "aten::native_batch_norm_backward", "aten::max_pool2d_with_indices_backward",
+        "aten::avg_pool2d_backward",        "aten::_adaptive_avg_pool2d_backward"};
     return ops.count(name) > 0;
+  }
+  // Roles: the forward convolution's inputs are (input, weight); convolution_backward's are (grad_output,
+  // input, weight) and its outputs (grad_input, grad_weight, grad_bias).
+  static const char* role(const std::string& op, size_t i, bool output) {
+    if (op == "aten::convolution_backward")
+      return output ? (i == 1 ? "weight gradient" : "gradient") : (i == 2 ? "weight" : "activation");
+    if (output) return "output";
+    return i == 0 ? "input" : (op == "aten::convolution" ? "weight" : "arg");
   }
   void check(const c10::IValue& v, const std::string& op, const char* role) {
     if (!v.isTensor()) return;
     const torch::Tensor& t = v.toTensor();
     if (!t.defined() || t.dim() != 4) return;
     ops_seen_.insert(op);
-    const bool weight = std::string(role) == "weight";
+    const bool weight = std::string(role).find("weight") != std::string::npos;
     if (!weight && t.size(2) * t.size(3) == 1) return;
     ++checked_;
     if (t.suggest_memory_format() == kNhwc) return;
@@ -76,16 +95,16 @@ class NchwRecorder {
   static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (current_ && layout_op(fn.name())) {
       const auto inputs = fn.inputs();
-      for (size_t i = 0; i < inputs.size() && i < 2; ++i)
-        current_->check(
-            inputs[i], fn.name(),
-            i == 0 ? "input" : (std::string(fn.name()) == "aten::convolution" ? "weight" : "arg"));
+      const size_t n = backward_op(fn.name()) ? inputs.size() : std::min<size_t>(inputs.size(), 2);
+      for (size_t i = 0; i < n; ++i) current_->check(inputs[i], fn.name(), role(fn.name(), i, false));
     }
     return nullptr;
   }
   static void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     if (!current_ || !layout_op(fn.name())) return;
-    for (const auto& out : fn.outputs()) current_->check(out, fn.name(), "output");
+    const auto outputs = fn.outputs();
+    for (size_t i = 0; i < outputs.size(); ++i)
+      current_->check(outputs[i], fn.name(), role(fn.name(), i, true));
   }
 
   static thread_local NchwRecorder* current_;
@@ -98,13 +117,14 @@ thread_local NchwRecorder* NchwRecorder::current_ = nullptr;
 
 // A batch as the loader hands it over (grey, [N,1,S,S] float32 in [0,1]), put on the device the way
 // training, validation, evaluate, predict, cv and serve all do (upload_batch).
-torch::Tensor uploaded_batch(int in_channels, int size, bool channels_last) {
+torch::Tensor uploaded_batch(int in_channels, int size, bool channels_last,
+                             const torch::Device& device = torch::kCPU) {
   Batch batch;
   torch::manual_seed(5);
   batch.images = torch::rand({2, 1, size, size});
   batch.labels = torch::zeros({2, 11});
   batch.indices = torch::arange(2);
-  DeviceBatchOptions options{torch::kCPU, in_channels, channels_last, std::vector<double>(in_channels, 0.5),
+  DeviceBatchOptions options{device, in_channels, channels_last, std::vector<double>(in_channels, 0.5),
                              std::vector<double>(in_channels, 0.25)};
   return upload_batch(std::move(batch), options).images;
 }
@@ -152,6 +172,79 @@ TEST_P(ChannelsLastZoo, EveryLayerRunsNhwc) {
   EXPECT_GT(recorder.checked(), 0) << "the recorder saw no layout-bearing operator";
   EXPECT_TRUE(recorder.nchw().empty())
       << recorder.nchw().size() << " NCHW tensors in " << c.model << ":" << recorder.report();
+}
+
+// While alive, this thread's backward passes run on this thread (torch.autograd.set_multithreading_enabled
+// (False)): the engine gives every node, CUDA ones too, to the calling thread's own ready queue.
+class SingleThreadedAutograd {
+ public:
+  SingleThreadedAutograd() : previous_(c10::AutogradState::get_tls_state().get_multithreading_enabled()) {
+    c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+  }
+  ~SingleThreadedAutograd() { c10::AutogradState::get_tls_state().set_multithreading_enabled(previous_); }
+  SingleThreadedAutograd(const SingleThreadedAutograd&) = delete;
+  SingleThreadedAutograd& operator=(const SingleThreadedAutograd&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// A training step's forward and backward under `precision` on `device`: no convolution, BatchNorm or pooling
+// operator of either sees or makes an NCHW tensor, and every 4-d weight gradient is NHWC. At 32 px the last
+// feature map is 1x1 and not checked; at 64 px EfficientNet's last BatchNorm backward gets an NCHW gradient
+// ([N,1280,2,2]): the global average pool's backward materialises its gradient NCHW and SiLU's backward takes
+// its layout from that gradient (PyTorch's own adaptive_avg_pool2d and SiLU do the same). Known, left as is. The backward runs
+// on this thread (multithreaded autograd off, as torch.autograd.set_multithreading_enabled(False)), where
+// the recorder listens; on CUDA it would otherwise run on the device's autograd thread.
+void expect_training_step_nhwc(const ZooCase& c, const torch::Device& device, Precision precision) {
+  SCOPED_TRACE(c.model + " " + std::to_string(c.in_channels) + " ch on " + device.str() + " in " +
+               precision_name(precision));
+  torch::manual_seed(1);
+  ModelSpec spec;
+  spec.in_channels = c.in_channels;
+  auto model = create_model(c.model, spec);
+  model->to(device);
+  set_memory_format(*model, true);
+  model->train();
+  const torch::Tensor x = uploaded_batch(c.in_channels, 32, true, device);
+  ASSERT_EQ(x.device(), device);
+  {
+    SingleThreadedAutograd on_this_thread;
+    NchwRecorder recorder;
+    torch::Tensor loss;
+    {
+      Autocast autocast(device, precision);
+      loss = model->forward(x).to(torch::kFloat).square().mean();
+    }
+    loss.backward();
+    EXPECT_GT(recorder.checked(), 0) << "the recorder saw no layout-bearing operator";
+    EXPECT_GT(recorder.ops_seen().count("aten::convolution_backward"), 0u) << "the backward was not seen";
+    EXPECT_TRUE(recorder.nchw().empty()) << recorder.nchw().size() << " NCHW tensors:" << recorder.report();
+  }
+  int weights = 0;
+  for (const auto& p : model->named_parameters()) {
+    if (p.value().dim() != 4) continue;
+    ++weights;
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_EQ(p.value().grad().suggest_memory_format(), kNhwc)
+        << p.key() << " gradient strides " << p.value().grad().strides();
+  }
+  EXPECT_GT(weights, 0);
+}
+
+// On a CPU (so that the check itself runs in CI): fp32 and bf16 autocast.
+TEST(ChannelsLast, TrainingStepRunsNhwcForwardAndBackward) {
+  expect_training_step_nhwc({"resnet18d", 1}, torch::kCPU, Precision::kFp32);
+  expect_training_step_nhwc({"efficientnet_b0", 3}, torch::kCPU, Precision::kFp32);
+  expect_training_step_nhwc({"resnet18d", 1}, torch::kCPU, Precision::kBf16);
+}
+
+// The same on a GPU in bf16, as training runs there by default (train.precision auto, channels_last auto):
+// every model of the zoo, 1 and 3 channels (one test, not one per model: on a CPU it is one skip).
+TEST(ChannelsLast, CudaBf16TrainingStepsOfTheZooRunNhwc) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU";
+  for (const ZooCase& c : zoo_cases())
+    expect_training_step_nhwc(c, torch::Device(torch::kCUDA, 0), Precision::kBf16);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ChannelsLastZoo, testing::ValuesIn(zoo_cases()), case_name);
