@@ -248,15 +248,19 @@ jpeg_check() {
 # 7. The Boost check: serve's Beast and Asio headers came from the bundle. This machine may have Debian's
 #    libboost1.81-dev in /usr/include, where a header missing from the bundle would be taken unseen; the
 #    offline host has none, so ninja's record of every object's headers must name no /usr/include/boost/.
+#    ninja records a header under the clone relative to the build folder when ccache (CCACHE_BASEDIR, setup.sh)
+#    made the compiler's paths relative, else absolute: both spellings of the bundle's path count as its.
 boost_check() {
-  local layout=$1 build=$2 outside
-  outside=$(ninja -C "$build" -t deps 2>/dev/null | grep -E '^ +/.*/include/boost/' | grep -v "^ *$BUNDLE/include/boost/" | sort -u || true)
+  local layout=$1 build=$2 outside rel
+  rel=$(realpath -m --relative-to="$build" "$BUNDLE")
+  outside=$(ninja -C "$build" -t deps 2>/dev/null | grep -E '^ +.*/include/boost/' |
+    grep -v -e "^ *$BUNDLE/include/boost/" -e "^ *$rel/include/boost/" | sort -u || true)
   if [ -n "$outside" ]; then
     note "$layout: FAILED, Boost headers from outside the bundle: $(head -n 3 <<<"$outside" | sed 's/^ *//' | paste -sd ' ') ($(wc -l <<<"$outside") in all)"
     return 1
   fi
   local n
-  n=$(ninja -C "$build" -t deps 2>/dev/null | grep -c "^ *$BUNDLE/include/boost/" || true)
+  n=$(ninja -C "$build" -t deps 2>/dev/null | grep -c -e "^ *$BUNDLE/include/boost/" -e "^ *$rel/include/boost/" || true)
   if [ "$n" = 0 ]; then
     note "$layout: FAILED, no object includes the bundle's Boost headers (was serve built? RANZCR_WITH_SERVE in $build/CMakeCache.txt)"
     return 1
