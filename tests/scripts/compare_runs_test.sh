@@ -11,15 +11,7 @@ repo=$(cd "$here/../.." && pwd)
 command -v python3 > /dev/null 2>&1 || { echo "skipped: no python3"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-check() {  # check WHAT FILE PATTERN: FILE has a line matching the extended regex PATTERN
-  if grep -qE -- "$3" "$2"; then
-    echo "ok: $1"
-  else
-    echo "FAILED: $1: no line matching '$3' in $2:" && sed 's/^/    /' "$2"
-    failures=$((failures + 1))
-  fi
-}
+source "$here/checks.sh"
 trace=$repo/tests/engine/jobs/kineto_trace/trace.json
 
 # The fake ranzcr: `--help` lists bench, `bench --help` has --profile; a bench writes --out, then with

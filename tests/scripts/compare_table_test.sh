@@ -12,23 +12,7 @@ command -v "$py" > /dev/null 2>&1 || { echo "skipped: no $py"; exit 77; }
 export PYTHON=$py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-check() {  # check WHAT FILE PATTERN: FILE has a line matching the extended regex PATTERN
-  if grep -qE -- "$3" "$2"; then
-    echo "ok: $1"
-  else
-    echo "FAILED: $1: no line matching '$3' in $2:" && sed 's/^/    /' "$2"
-    failures=$((failures + 1))
-  fi
-}
-check_not() {
-  if grep -qE -- "$3" "$2"; then
-    echo "FAILED: $1: a line matches '$3' in $2:" && sed 's/^/    /' "$2"
-    failures=$((failures + 1))
-  else
-    echo "ok: $1"
-  fi
-}
+source "$here/checks.sh"
 
 run() {  # run JSON-WRITER-ARGS...: writes DIR/NAME.json files from "name key=value,..." specs
   "$py" - "$@" << 'EOF'
