@@ -31,6 +31,7 @@
 #include "engine/infer/ensemble.h"
 #include "engine/infer/grad_cam.h"
 #include "engine/infer/inference.h"
+#include "engine/infer/onnx_graph.h"
 #include "engine/io/run_folder.h"
 #include "engine/io/trained_model.h"
 #include "engine/jobs/bench.h"
@@ -38,6 +39,7 @@
 #include "engine/report/curves.h"
 #include "engine/report/eval_outputs.h"
 #include "engine/runtime/precision.h"
+#include "onnx/onnx_export.h"
 #ifdef RANZCR_WITH_SERVE
 #include "engine/serve/http_server.h"
 #endif
@@ -497,6 +499,8 @@ std::string version_text() {
   v << "\nOpenCV " << CV_VERSION << "\nJPEG decoder " << jpeg_decoder_text();
   v << "\nNCCL " << (nccl.empty() ? "not built in" : nccl);
   const std::string http = hub::http_client_version();
+  const std::string onnx = onnx_library_version();
+  v << "\nONNX export " << (onnx.empty() ? "not built in (Debian's libonnx-dev)" : "ONNX " + onnx);
   v << "\nHub downloads " << (http.empty() ? "not built in (the Hugging Face cache is read only)" : http);
   return v.str();
 }
@@ -506,7 +510,35 @@ int run_plot(const PlotArgs& args) {
   return 0;
 }
 
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int export_to_onnx(const ExportArgs& args) {
+  const std::vector<std::string> paths = args.checkpoints_from.empty()
+                                             ? std::vector<std::string>{args.checkpoint}
+                                             : checkpoints_in(args.checkpoints_from);
+  const int64_t bytes = export_onnx(paths, args.out);
+  std::cout << "wrote " << args.out << ": ONNX opset 17, "
+            << (paths.size() == 1 ? "one model" : "an ensemble of ")
+            << (paths.size() == 1 ? "" : std::to_string(paths.size()) + " models") << ", " << bytes / 1000
+            << " kB, input \"" << kOnnxInput
+            << "\" (normalised; metadata_props hold the mean, std, size and labels)\n";
+  return 0;
+}
+
+}  // namespace
+
 int run_export(const ExportArgs& args) {
+  RANZCR_CHECK(!args.checkpoint.empty() || !args.checkpoints_from.empty(),
+               "no model given: pass --checkpoint FILE or --checkpoints-from RUN_DIR");
+  if (ends_with(args.out, ".onnx")) return export_to_onnx(args);
+  RANZCR_CHECK(ends_with(args.out, ".safetensors"), "export cannot write ", args.out,
+               ": the extension says the format, expected .safetensors or .onnx");
+  RANZCR_CHECK(args.checkpoints_from.empty(),
+               "--checkpoints-from exports an ensemble, which only an .onnx file can hold (one graph)");
   const TrainedModel trained = load_trained_model(args.checkpoint, torch::kCPU);
   const TrainedModelInfo& info = trained.info;
   const int64_t n = export_safetensors(trained, args.out);

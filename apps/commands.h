@@ -92,7 +92,9 @@ struct PlotArgs {
 
 struct ExportArgs {
   std::string checkpoint;  // a ranzcr checkpoint (or an exported file)
-  std::string out;         // the .safetensors file to write
+  std::string
+      checkpoints_from;  // --checkpoints-from RUN_DIR: an ensemble of its best checkpoints (.onnx only)
+  std::string out;       // the file to write: .safetensors or .onnx, told by the extension
 };
 
 int run_train(const TrainArgs& args);

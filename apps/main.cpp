@@ -204,13 +204,16 @@ void add_tools(CLI::App& app, Commands& c) {
   pl->add_option("RUN_DIR", c.plot.run_dir, "Run folder (output.dir)")->required();
   c.add(pl, [&c] { return ranzcr::run_plot(c.plot); });
 
-  auto* x =
-      app.add_subcommand("export", "Write a checkpoint's weights as timm-named .safetensors with metadata");
-  x->add_option("--checkpoint", c.exp.checkpoint,
-                std::string("Checkpoint file (") + ranzcr::run_folder::kBestFile + ", " +
-                    ranzcr::run_folder::kLastFile + ", ...)")
-      ->required();
-  x->add_option("--out", c.exp.out, "The .safetensors file to write")->required();
+  auto* x = app.add_subcommand(
+      "export", "Write a checkpoint as timm-named .safetensors or as an ONNX graph, with metadata");
+  auto* xc = x->add_option("--checkpoint", c.exp.checkpoint,
+                           std::string("Checkpoint file (") + ranzcr::run_folder::kBestFile + ", " +
+                               ranzcr::run_folder::kLastFile + ", ...)");
+  auto* xf =
+      x->add_option("--checkpoints-from", c.exp.checkpoints_from,
+                    "Run folder: one ONNX graph averaging its best checkpoints (every fold's of a cv run)");
+  xc->excludes(xf);
+  x->add_option("--out", c.exp.out, "The file to write: .safetensors or .onnx")->required();
   c.add(x, [&c] { return ranzcr::run_export(c.exp); });
 
   auto* m = app.add_subcommand("models", "List the model names");
