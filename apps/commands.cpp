@@ -84,8 +84,8 @@ Config eval_config(const EvalArgs& args, const std::vector<std::string>& paths) 
 // several models also its own training data.image_size, data.cache_size (and augment.scale, which sizes it
 // when 0), data.augment.clahe and data.dicom (--set applied).
 MemberOptions member_options(const EvalArgs& args, const Config& config, const torch::Device& device,
-                             bool several) {
-  return [&args, config, device, several](const TrainedModelInfo& info) {
+                             bool several, InferUse use) {
+  return [&args, config, device, several, use](const TrainedModelInfo& info) {
     Config own = config;
     own.model = info.model;
     if (several && !info.config_yaml.empty()) {
@@ -96,7 +96,7 @@ MemberOptions member_options(const EvalArgs& args, const Config& config, const t
       own.data.augment.clahe = trained.data.augment.clahe;
       own.data.dicom = trained.data.dicom;
     }
-    return inference_options(own, device, args.tta);
+    return command_inference_options(own, device, use, args.tta);
   };
 }
 
@@ -240,8 +240,11 @@ int run_evaluate(const EvalArgs& args) {
   const Config config = eval_config(args, paths);
   auto body = [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
     const EvalData data = evaluation_data(c, args.csv, args.images);
-    const EnsembleResult r = run_ensemble(paths, member_options(args, c, device, paths.size() > 1),
-                                          data.index, data.rows, device, collectives);
+    log.info("evaluate: " + models_text(paths) + " run by " +
+             backend_name(resolve_backend(c, device, InferUse::kMetrics)));
+    const EnsembleResult r =
+        run_ensemble(paths, member_options(args, c, device, paths.size() > 1, InferUse::kMetrics), data.index,
+                     data.rows, device, collectives);
     if (!collectives.is_main()) return 0;
     const EvalReport report =
         report_evaluation(paths, data, eval_predictions(r),
@@ -287,9 +290,11 @@ int run_predict(const EvalArgs& args) {
     std::vector<int64_t> rows(index.size());
     std::iota(rows.begin(), rows.end(), 0);
     log.info("predict: " + std::to_string(index.size()) + " images from " + args.images + " with " +
-             models_text(paths));
-    const EnsembleResult r = run_ensemble(paths, member_options(args, c, device, paths.size() > 1), index,
-                                          rows, device, collectives);
+             models_text(paths) + " run by " +
+             backend_name(resolve_backend(c, device, InferUse::kPredictions)));
+    const EnsembleResult r =
+        run_ensemble(paths, member_options(args, c, device, paths.size() > 1, InferUse::kPredictions), index,
+                     rows, device, collectives);
     if (!args.cam_dir.empty()) write_overlays(args, paths, r, index, device, collectives, log);
     if (!collectives.is_main()) return 0;
     write_file_atomic(args.out, submission_csv(c.data.id_column, index, r.probs, r.rows, thresholds));
@@ -366,8 +371,10 @@ int run_serve(const ServeArgs& args) {
     if (thresholds && !thresholds->missing.empty())
       log.warn(m.thresholds + " has no " + m.at + " threshold for some labels: their decisions are null");
     auto load = [&] {
-      log.info("serve: loading " + models_text(paths) + " on " + device.str());
-      return std::make_unique<ServedModels>(paths, member_options(m, c, device, paths.size() > 1), device);
+      log.info("serve: loading " + models_text(paths) + " on " + device.str() + ", run by " +
+               backend_name(resolve_backend(c, device, InferUse::kPredictions)));
+      return std::make_unique<ServedModels>(
+          paths, member_options(m, c, device, paths.size() > 1, InferUse::kPredictions), device);
     };
     return serve_http(load, options, stop_signal(), log);
   };
@@ -501,6 +508,8 @@ std::string version_text() {
   const std::string http = hub::http_client_version();
   const std::string onnx = onnx_library_version();
   v << "\nONNX export " << (onnx.empty() ? "not built in (Debian's libonnx-dev)" : "ONNX " + onnx);
+  const std::string ov = openvino_version();
+  v << "\nOpenVINO " << (ov.empty() ? "not built in (LibTorch runs inference on the CPU)" : ov);
   v << "\nHub downloads " << (http.empty() ? "not built in (the Hugging Face cache is read only)" : http);
   return v.str();
 }

@@ -111,6 +111,8 @@ void visit_fields(Config& c, Visitor&& v) {
   v("output.mlflow_experiment", c.output.mlflow_experiment);
   v("output.mlflow_run_name", c.output.mlflow_run_name);
   v("output.mlflow_required", c.output.mlflow_required);
+  v("infer.backend", c.infer.backend);
+  v("infer.precision", c.infer.precision);
 }
 
 std::vector<std::string> split_dots(const std::string& key) {

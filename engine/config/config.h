@@ -29,6 +29,8 @@ enum class PrecisionSetting { kAuto, kFp32, kBf16, kFp16 };
 enum class ResumeSetting { kAuto, kNever };
 enum class BackendSetting { kAuto, kGloo, kNccl };
 enum class BnSync { kBroadcast, kAverage, kSync };
+enum class InferBackendSetting { kAuto, kLibTorch, kOpenVino };
+enum class InferPrecisionSetting { kAuto, kFp32, kBf16 };
 
 /// The YAML names of E's values, '|'-separated in declaration order.
 template <class E>
@@ -37,6 +39,8 @@ inline constexpr const char* kSettingNames = nullptr;
 template <> inline constexpr const char* kSettingNames<OptimizerName> = "adamw|sgd";
 template <> inline constexpr const char* kSettingNames<OnOffAuto> = "auto|true|false";
 template <> inline constexpr const char* kSettingNames<PrecisionSetting> = "auto|fp32|bf16|fp16";
+template <> inline constexpr const char* kSettingNames<InferBackendSetting> = "auto|libtorch|openvino";
+template <> inline constexpr const char* kSettingNames<InferPrecisionSetting> = "auto|fp32|bf16";
 template <> inline constexpr const char* kSettingNames<ResumeSetting> = "auto|never";
 template <> inline constexpr const char* kSettingNames<BackendSetting> = "auto|gloo|nccl";
 template <> inline constexpr const char* kSettingNames<BnSync> = "broadcast|average|sync";
@@ -189,6 +193,18 @@ struct OutputConfig {
   bool mlflow_required = true;    // the server must answer at start; false: train on without tracking
 };
 
+/// How predict, evaluate, serve and cv's out-of-fold pass run a trained model (training's validation always
+/// runs LibTorch, on the model being trained).
+struct InferConfig {
+  InferBackendSetting backend =
+      InferBackendSetting::kAuto;  // auto | libtorch | openvino (auto: OpenVINO on a
+                                   // CPU where the build has it, LibTorch on CUDA)
+  InferPrecisionSetting precision =
+      InferPrecisionSetting::kAuto;  // auto | fp32 | bf16 (OpenVINO's; auto: fp32
+                                     // for evaluate and cv, the CPU's own for
+                                     // predict and serve; LibTorch: train.precision)
+};
+
 struct Config {
   int seed = 42;  // seeds model init, split, sampler and augmentation
   DataConfig data;
@@ -198,6 +214,7 @@ struct Config {
   TrainConfig train;
   DistributedConfig distributed;
   OutputConfig output;
+  InferConfig infer;
   std::set<std::string> explicit_keys;  // not a config key: the keys the file or --set gave a value
 };
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "core/text.h"
+#include "engine/infer/onnx_graph.h"
 #include "engine/io/run_folder.h"
 #include "engine/runtime/precision.h"
 
@@ -63,8 +64,8 @@ EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberO
                   join(trained.info.label_names, ", "), " vs ", join(out.models.front().label_names, ", "),
                   ")");
     const InferenceOptions options = options_for(trained.info);
-    set_memory_format(*trained.model, options.channels_last);
-    InferenceResult r = run_inference(*trained.model, index, rows, options, collectives);
+    const std::unique_ptr<ModelRunner> runner = runner_for(trained, options, {options.batch_size});
+    InferenceResult r = run_inference(*runner, index, rows, options, collectives);
     if (out.models.empty()) {
       out.labels = r.labels;
       out.rows = r.rows;
@@ -85,6 +86,15 @@ EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberO
   out.probs = (single ? sum : sum / static_cast<double>(n)).contiguous();
   if (n > 1) out.logits = torch::Tensor();
   return out;
+}
+
+std::unique_ptr<ModelRunner> runner_for(const TrainedModel& trained, const InferenceOptions& options,
+                                        const std::vector<int64_t>& warm_batches) {
+  if (options.backend.backend == InferBackend::kOpenVino)
+    return openvino_runner(trained_models_onnx({&trained}), options.backend, warm_batches);
+  set_memory_format(*trained.model, options.channels_last);
+  trained.model->eval();
+  return libtorch_runner(*trained.model, options.device, options.precision);
 }
 
 torch::Tensor member_probabilities(const torch::Tensor& logits, bool single) {

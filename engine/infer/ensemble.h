@@ -45,6 +45,12 @@ EnsembleResult run_ensemble(const std::vector<std::string>& paths, const MemberO
                             const DatasetIndex& index, const std::vector<int64_t>& rows,
                             const torch::Device& device, Collectives& collectives);
 
+/// The runner of a loaded model under options.backend: LibTorch's forward in the options' layout and
+/// precision (the model is kept by `trained`, which must outlive the runner), or OpenVINO on its ONNX graph,
+/// compiled for each batch size of `warm_batches` at once (others when first seen).
+std::unique_ptr<ModelRunner> runner_for(const TrainedModel& trained, const InferenceOptions& options,
+                                        const std::vector<int64_t>& warm_batches = {});
+
 /// One member's share of EnsembleResult::probs before the mean: float64 sigmoid of `logits` [N, C] float32,
 /// taken in float32 for a lone model (`single`, as before ensembles), in float64 for an ensemble's member.
 torch::Tensor member_probabilities(const torch::Tensor& logits, bool single);

@@ -62,35 +62,31 @@ std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<
   return std::make_unique<BatchLoader>(index, std::move(rows), ImageTransform(to), /*epoch=*/0, lo);
 }
 
-torch::Tensor eval_logits(Classifier& model, const torch::Tensor& images, const InferenceOptions& options) {
-  Autocast autocast(options.device, options.precision);
-  torch::Tensor out = model.forward(images).to(torch::kFloat32);
-  if (options.tta_hflip) out = 0.5 * (out + model.forward(images.flip({3})).to(torch::kFloat32));
+torch::Tensor eval_logits(ModelRunner& runner, const torch::Tensor& images, const InferenceOptions& options) {
+  torch::Tensor out = runner.logits(images);
+  if (options.tta_hflip) out = 0.5 * (out + runner.logits(images.flip({3})));
   return out;
 }
 
 namespace {
 
 // This rank's logits, labels and rows on the CPU (one copy to the host at the end), and images skipped.
-InferenceResult predict_rows(Classifier& model, const DatasetIndex& index, std::vector<int64_t> rows,
+InferenceResult predict_rows(ModelRunner& runner, const DatasetIndex& index, std::vector<int64_t> rows,
                              const InferenceOptions& options) {
   std::unique_ptr<BatchLoader> loader = eval_loader(index, std::move(rows), options);
   DeviceBatches batches(*loader, device_batch_options(options));
   std::vector<torch::Tensor> logits, labels, got_rows;  // device tensors
   int64_t skipped = 0;
-  const bool was_training = model.is_training();
-  model.eval();
   {
     torch::NoGradGuard no_grad;
     while (auto batch = batches.next()) {
       skipped += batch->skipped;
       if (batch->size() == 0) continue;
-      logits.push_back(eval_logits(model, batch->images, options));
+      logits.push_back(eval_logits(runner, batch->images, options));
       labels.push_back(batch->labels);
       got_rows.push_back(batch->indices);
     }
   }
-  model.train(was_training);
   auto cat = [](std::vector<torch::Tensor>& parts, torch::Tensor empty) {
     return parts.empty() ? empty : torch::cat(parts, 0);
   };
@@ -122,7 +118,18 @@ void restore_order(InferenceResult& all, const std::vector<int64_t>& rows) {
 
 InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
                               const InferenceOptions& options, Collectives& collectives) {
-  const InferenceResult local = predict_rows(model, index, rows_of_rank(rows, collectives), options);
+  const bool was_training = model.is_training();
+  model.eval();
+  const std::unique_ptr<ModelRunner> runner = libtorch_runner(model, options.device, options.precision);
+  InferenceResult out = run_inference(*runner, index, rows, options, collectives);
+  model.train(was_training);
+  return out;
+}
+
+InferenceResult run_inference(ModelRunner& runner, const DatasetIndex& index,
+                              const std::vector<int64_t>& rows, const InferenceOptions& options,
+                              Collectives& collectives) {
+  const InferenceResult local = predict_rows(runner, index, rows_of_rank(rows, collectives), options);
   // One gather of everything; then back into the order of `rows`.
   InferenceResult all;
   all.logits = collectives.all_gather_cat(local.logits);
@@ -157,6 +164,22 @@ InferenceOptions inference_options(const Config& config, torch::Device device, b
   io.device = device;
   io.precision = resolve_precision(config.train.precision, device);
   io.channels_last = resolve_channels_last(config.train.channels_last, device);
+  return io;
+}
+
+}  // namespace ranzcr
+
+namespace ranzcr {
+
+InferenceOptions command_inference_options(const Config& config, torch::Device device, InferUse use,
+                                           bool tta) {
+  InferenceOptions io = inference_options(config, device, tta);
+  io.backend = resolve_backend(config, device, use);
+  if (config.infer.precision != InferPrecisionSetting::kAuto)
+    io.precision =
+        resolve_precision(config.infer.precision == InferPrecisionSetting::kBf16 ? PrecisionSetting::kBf16
+                                                                                 : PrecisionSetting::kFp32,
+                          device);
   return io;
 }
 

@@ -10,6 +10,7 @@
 #include "data/image_cache.h"
 #include "distributed/collectives.h"
 #include "engine/config/config.h"
+#include "engine/infer/model_runner.h"
 #include "engine/runtime/device_batches.h"
 #include "engine/runtime/precision.h"
 #include "models/registry.h"
@@ -37,6 +38,7 @@ struct InferenceOptions {
   torch::Device device = torch::kCPU;
   Precision precision = Precision::kFp32;  // autocast dtype of the forward
   bool channels_last = false;              // NHWC input (for a channels_last model)
+  BackendOptions backend;  // LibTorch unless the command resolved infer.backend (resolve_backend)
 };
 
 struct InferenceResult {
@@ -46,14 +48,19 @@ struct InferenceResult {
   int64_t skipped = 0;   // unreadable images skipped (all ranks)
 };
 
-/// Runs `model` in eval mode over `rows` of `index`. Each rank takes rows[rank::world]; the results are
-/// gathered on every rank and put back in the order of `rows`, so the metric sees exactly the full set.
+/// Runs `runner` over `rows` of `index`. Each rank takes rows[rank::world]; the results are gathered on every
+/// rank and put back in the order of `rows`, so the metric sees exactly the full set.
+InferenceResult run_inference(ModelRunner& runner, const DatasetIndex& index,
+                              const std::vector<int64_t>& rows, const InferenceOptions& options,
+                              Collectives& collectives);
+
+/// The same with LibTorch's forward of `model` in eval mode (training's validation; its mode is restored).
 InferenceResult run_inference(Classifier& model, const DatasetIndex& index, const std::vector<int64_t>& rows,
                               const InferenceOptions& options, Collectives& collectives);
 
 /// The float32 logits of a batch already on the device (DeviceBatch::images), in the caller's grad mode:
-/// the forward under options.precision's autocast, averaged with the mirrored image's under tta_hflip.
-torch::Tensor eval_logits(Classifier& model, const torch::Tensor& images, const InferenceOptions& options);
+/// the runner's, averaged with the mirrored image's under tta_hflip.
+torch::Tensor eval_logits(ModelRunner& runner, const torch::Tensor& images, const InferenceOptions& options);
 
 /// This rank's share of `rows` (in order, unpadded: every row is predicted once over the ranks).
 std::vector<int64_t> rows_of_rank(const std::vector<int64_t>& rows, Collectives& collectives);
@@ -68,6 +75,12 @@ std::unique_ptr<BatchLoader> eval_loader(const DatasetIndex& index, std::vector<
 /// Inference settings (size, CLAHE, batch, loader, channels, precision, layout) from the config, for
 /// validation, evaluate and predict alike; `tta` adds hflip averaging on top of train.tta_hflip.
 InferenceOptions inference_options(const Config& config, torch::Device device, bool tta = false);
+
+/// inference_options plus the command's backend (infer.backend and infer.precision, resolve_backend): for
+/// evaluate, predict, serve and cv's out-of-fold pass. An explicit infer.precision sets LibTorch's autocast
+/// too (auto leaves it at train.precision's, as training's validation runs).
+InferenceOptions command_inference_options(const Config& config, torch::Device device, InferUse use,
+                                           bool tta = false);
 
 /// How batches reach the model under `options` (device, channels, input normalisation, layout): the
 /// same for validation and training.

@@ -11,6 +11,7 @@
 
 #include "data/csv.h"
 #include "data/dataset_index.h"
+#include "engine/infer/ensemble.h"
 #include "data/split.h"
 #include "distributed/collectives.h"
 #include "engine/infer/inference.h"
@@ -42,11 +43,11 @@ FoldReport predict_fold(const Config& config, int k, const DatasetIndex& index, 
                 " has; was the fold trained with another config?");
   Config ic = fc;
   ic.model = trained.info.model;
-  const InferenceOptions io = inference_options(ic, device);
-  set_memory_format(*trained.model, io.channels_last);
+  const InferenceOptions io = command_inference_options(ic, device, InferUse::kMetrics);
+  const std::unique_ptr<ModelRunner> runner = runner_for(trained, io, {io.batch_size});
   auto local = make_local_collectives();
   const InferenceResult r =
-      run_inference(*trained.model, index, validation_split(fc.data, index.groups, fc.seed).val, io, *local);
+      run_inference(*runner, index, validation_split(fc.data, index.groups, fc.seed).val, io, *local);
   const torch::Tensor p = torch::sigmoid(r.logits.to(torch::kDouble));  // float32 would tie close logits
   probs.index_copy_(0, r.rows, p);
   const auto ra = r.rows.accessor<int64_t, 1>();

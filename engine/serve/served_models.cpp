@@ -41,8 +41,7 @@ ServedModels::ServedModels(const std::vector<std::string>& paths, const MemberOp
     if (!infos_.empty() && trained.info.label_names != infos_.front().label_names)
       RANZCR_FAIL(path, " predicts other labels than ", paths.front());
     options_.push_back(options_for(trained.info));
-    set_memory_format(*trained.model, options_.back().channels_last);
-    trained.model->eval();
+    runners_.push_back(runner_for(trained, options_.back()));
     infos_.push_back(trained.info);
     models_.push_back(trained.model);
   }
@@ -95,11 +94,17 @@ torch::Tensor ServedModels::predict(const std::vector<const PreparedImage*>& giv
   torch::Tensor sum;
   for (size_t m = 0; m < models_.size(); ++m) {
     const torch::Tensor logits =
-        eval_logits(*models_[m], device_input(m, images), options_[m]).narrow(0, 0, n).to(torch::kCPU);
+        eval_logits(*runners_[m], device_input(m, images), options_[m]).narrow(0, 0, n).to(torch::kCPU);
     const torch::Tensor p = member_probabilities(logits, single);
     sum = m == 0 ? p : sum + p;
   }
   return (single ? sum : sum / static_cast<double>(models_.size())).contiguous();
+}
+
+std::vector<std::string> ServedModels::runner_names() const {
+  std::vector<std::string> names;
+  for (const auto& r : runners_) names.push_back(r->name());
+  return names;
 }
 
 std::vector<unsigned char> ServedModels::input_png(const PreparedImage& image) const {
@@ -127,7 +132,8 @@ std::vector<unsigned char> ServedModels::cam_png(const PreparedImage& image,
 
 void ServedModels::warm_up(int max_batch, std::optional<bool> pad) {
   RANZCR_CHECK(max_batch >= 1, "serve: the largest batch must hold at least one image");
-  const bool padded = pad.value_or(device_.is_cuda());
+  const bool padded =
+      pad.value_or(device_.is_cuda() || options_.front().backend.backend == InferBackend::kOpenVino);
   const std::vector<int> sizes = batch_plan(max_batch, padded);
   padded_sizes_.clear();  // the warm-up's own batches run at their size
   PreparedImage blank;

@@ -38,6 +38,9 @@ class ServedModels {
   /// the same transform, normalisation, precision, TTA and ensemble mean). Not thread-safe: one caller.
   torch::Tensor predict(const std::vector<const PreparedImage*>& images);
 
+  /// What runs each model ("libtorch", "openvino f32", ...), in the order of paths().
+  std::vector<std::string> runner_names() const;
+
   /// The first model's input as an 8-bit grey PNG (image_size square): the picture the model saw.
   std::vector<unsigned char> input_png(const PreparedImage& image) const;
 
@@ -47,9 +50,10 @@ class ServedModels {
 
   /// Before /readyz, on the thread that will run the batches (its CUDA handles are its own): a forward of
   /// blank images per model at each size of batch_plan(max_batch, pad) (first-call allocations, cuDNN's
-  /// autotuning). With `pad` (default: on a CUDA device, where cuDNN's benchmark mode tunes every new input
-  /// shape on its first call, 0.5-3 s per convolution) predict() from then on pads each batch to the next of
-  /// those sizes, so no request meets an untuned shape; without, batches run at their own size.
+  /// autotuning, OpenVINO's compilation). With `pad` (default: on a CUDA device, where cuDNN's benchmark mode
+  /// tunes every new input shape on its first call, 0.5-3 s per convolution, and under OpenVINO, which
+  /// compiles a static shape per batch size) predict() from then on pads each batch to the next of those
+  /// sizes, so no request meets an untuned shape; without, batches run at their own size.
   void warm_up(int max_batch, std::optional<bool> pad = std::nullopt);
   /// The sizes batches run at since warm_up when padded (empty: their own size).
   const std::vector<int>& padded_sizes() const { return padded_sizes_; }
@@ -65,7 +69,8 @@ class ServedModels {
 
   std::vector<std::string> paths_;
   std::vector<TrainedModelInfo> infos_;
-  std::vector<std::shared_ptr<Classifier>> models_;
+  std::vector<std::shared_ptr<Classifier>> models_;    // LibTorch's (Grad-CAM runs them whatever the backend)
+  std::vector<std::unique_ptr<ModelRunner>> runners_;  // what predict() runs (options_[m].backend)
   std::vector<InferenceOptions> options_;
   torch::Device device_;
   std::vector<int> padded_sizes_;
