@@ -204,6 +204,10 @@ int run_train(const TrainArgs& args) {
 }
 
 int run_bench(const BenchArgs& args) {
+  RANZCR_CHECK(!args.infer || args.profile.empty(),
+               "--profile records training steps; it does not go with --infer (expected one of them)");
+  RANZCR_CHECK(args.infer || args.onnx.empty(),
+               "--onnx writes the graph bench --infer runs: it needs --infer");
   const Config config = job_config(args.config, args.sets, args.nproc_per_node);
   return run_job(config, args.argv,
                  [&](const Config& c, Collectives& collectives, RunLog&, const torch::Device& device) {
@@ -213,6 +217,8 @@ int run_bench(const BenchArgs& args) {
                    options.loader_steps = args.loader_steps;
                    options.device = device;
                    options.profile_dir = args.profile;
+                   options.infer = args.infer;
+                   options.onnx_out = args.onnx;
                    options.profile_steps = args.profile_steps;
                    // The figures are out (stdout and --out) before the profile starts: a profile that fails
                    // or is cut short by a time limit costs none of them.
@@ -224,7 +230,8 @@ int run_bench(const BenchArgs& args) {
                        std::cout << "wrote " << args.out << "\n" << std::flush;
                      }
                    };
-                   const BenchResult r = run_bench(c, collectives, options);
+                   const BenchResult r = args.infer ? run_infer_bench(c, collectives, options)
+                                                    : run_bench(c, collectives, options);
                    if (!collectives.is_main()) return 0;
                    std::cout << bench_profile_report(r) << std::flush;
                    if (!r.profile_error.empty() && !args.out.empty())

@@ -73,6 +73,8 @@ struct BenchArgs {
   std::string out;       // JSON file ("" = table only)
   std::string profile;   // folder for a profiler trace and kernel table ("" = none)
   int profile_steps = 5;
+  bool infer = false;             // --infer: inference figures (engine/jobs/bench.h, run_infer_bench)
+  std::string onnx;               // --onnx FILE (with --infer): the model's ONNX graph, for other runtimes
   std::vector<std::string> argv;  // the command line after the program name (re-used by workers)
 };
 

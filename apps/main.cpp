@@ -173,6 +173,10 @@ void add_bench(CLI::App& app, Commands& c) {
        "Timed batches of the loader figure (default: --steps; the loader alone is cheap to time longer)")
       ->check(CLI::Range(1, 1000000));
   b->add_option("--out", c.bench.out, "Write the figures as JSON here");
+  b->add_flag(
+      "--infer", c.bench.infer,
+      "Inference instead of training: the eval loader, the model alone (infer.backend, infer.precision) "
+      "and files to logits as predict runs");
   b->add_option(
       "--profile", c.bench.profile,
       "Profile compute steps into this folder: trace.json (Kineto trace with input shapes and strides, "

@@ -14,6 +14,8 @@
 #   SELENIUM_PIP_SPEC=selenium==4.51.0 ...            # the Selenium for serve's browser test (into .venv)
 #   TRITON_PIP_SPEC=tritonclient[http]==2.73.0 ...  # the Open Inference Protocol client for serve's test (into .venv)
 #   OPENCV_PIP_SPEC=opencv-python-headless==5.0.0.93 ... # OpenCV for the PyTorch benchmark reference (into .venv)
+#   OPENVINO_PIP_SPEC=openvino==2026.4.1 ...          # OpenVINO: its C++ SDK is the CPU inference backend (into .venv)
+#   ONNX_PIP_SPECS="onnx==1.23.2 onnxruntime==1.32.0" ... # the ONNX export's references (into .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -65,8 +67,9 @@ else
   # libdcmtk-dev, libopenjp2-7-dev: DICOM (Debian's security updates patch them); libseccomp-dev: the DICOM
   # decoder helper's filter; iproute2: the two-host tests' network namespaces; ccache: step 3;
   # libboost1.81-dev: serve's HTTP server (Boost.Beast on Asio, header-only); chromium + chromium-driver: the
-  # page's browser test (with Selenium in .venv, step 2b); wrk: serve's load test (scripts/bench/serve_compare.sh).
-  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libdcmtk-dev libopenjp2-7-dev libseccomp-dev iproute2 ccache libboost1.81-dev chromium chromium-driver wrk"
+  # page's browser test (with Selenium in .venv, step 2b); wrk: serve's load test (scripts/bench/serve_compare.sh);
+  # libonnx-dev, libprotobuf-dev: `ranzcr export --out x.onnx` and the OpenVINO backend's graph (onnx/).
+  PKGS="build-essential cmake ninja-build pkg-config python3-venv libopencv-dev libyaml-cpp-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev libcurl4-openssl-dev libssl-dev libdcmtk-dev libopenjp2-7-dev libseccomp-dev iproute2 ccache libboost1.81-dev chromium chromium-driver wrk libonnx-dev libprotobuf-dev"
   missing=""
   for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   [ -z "$missing" ] || apt_install $missing
@@ -173,6 +176,27 @@ if [ -x "$ROOT/.venv/bin/python" ] &&
     reference_missing "pip install pydicom/scikit-learn failed (.venv/pip-reference.log)" "those comparisons will be skipped"
   fi
 fi
+
+# optional_pip IMPORTS LOG WHAT_IS_SKIPPED SPEC...: pip-installs SPEC into .venv unless `import IMPORTS` works
+# there already; a failed or forbidden install is a note (an error under CI=true: reference_missing).
+optional_pip() {
+  local imports=$1 log=$2 skipped=$3
+  shift 3
+  [ -x "$ROOT/.venv/bin/python" ] || return 0
+  "$ROOT/.venv/bin/python" -c "import $imports" >/dev/null 2>&1 && return 0
+  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
+    say "no $imports in .venv (RANZCR_OFFLINE=1 forbids pip): $skipped"
+  elif ! "$ROOT/.venv/bin/pip" install -q "$@" > "$ROOT/.venv/$log" 2>&1; then
+    reference_missing "pip install $* failed (.venv/$log)" "$skipped"
+  fi
+}
+# OpenVINO: the wheel carries its C++ SDK (headers, libopenvino.so, OpenVINOConfig.cmake), which CMake finds
+# beside torch in .venv's site-packages; without it LibTorch runs inference on the CPU. ONNX's and ONNX
+# Runtime's Python packages: the references the exported graphs are checked against (tests/onnx/).
+optional_pip openvino pip-openvino.log "the build runs inference with LibTorch only" \
+  "${OPENVINO_PIP_SPEC:-openvino==2026.4.1}"
+optional_pip "onnx, onnxruntime" pip-onnx.log "the ONNX export's reference checks will be skipped" \
+  ${ONNX_PIP_SPECS:-onnx==1.23.2 onnxruntime==1.32.0}
 
 # MLflow (server and Python client), for the tests that log runs to a real tracking server and read them back
 # with MLflow's own client, and the UI's charts in Chromium (tests/apps/mlflow_cli_test.cpp,

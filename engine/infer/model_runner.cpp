@@ -1,5 +1,7 @@
 #include "engine/infer/model_runner.h"
 
+#include <torch/torch.h>
+
 #include "core/check.h"
 
 namespace ranzcr {
@@ -31,10 +33,17 @@ std::unique_ptr<ModelRunner> libtorch_runner(Classifier& model, const torch::Dev
 
 BackendOptions resolve_backend(const Config& config, const torch::Device& device, InferUse use) {
   BackendOptions o;
-  o.num_threads = config.train.num_threads;
+  // As many threads as LibTorch has (train.num_threads, else OMP_NUM_THREADS, else the cores this process was
+  // given: share_cores), so that OpenVINO never takes more cores than the LibTorch forward it replaces.
+  o.num_threads = config.train.num_threads > 0 ? config.train.num_threads : torch::get_num_threads();
   switch (config.infer.backend) {
     case InferBackendSetting::kAuto:
-      o.backend = device.is_cpu() && openvino_available() ? InferBackend::kOpenVino : InferBackend::kLibTorch;
+      // Metrics run the very computation that logged the training AUC (LibTorch): OpenVINO's f32 kernels sum
+      // in another order, and logits 1e-6 apart flip near-ties, which moved a barely trained model's AUC by
+      // 0.014.
+      o.backend = device.is_cpu() && openvino_available() && use == InferUse::kPredictions
+                      ? InferBackend::kOpenVino
+                      : InferBackend::kLibTorch;
       break;
     case InferBackendSetting::kLibTorch:
       o.backend = InferBackend::kLibTorch;

@@ -24,7 +24,7 @@ struct BackendOptions {
   /// OpenVINO's inference precision: fp32, bf16, or kAuto for the CPU's own default (bf16 where it has AMX or
   /// AVX-512 BF16, else f32). LibTorch ignores it (its autocast is InferenceOptions::precision).
   InferPrecisionSetting precision = InferPrecisionSetting::kFp32;
-  int num_threads = 0;  // OpenVINO's inference threads (train.num_threads; 0: OpenVINO's default, every core)
+  int num_threads = 0;  // OpenVINO's inference threads: LibTorch's count (0: OpenVINO's default, every core)
 };
 
 /// Which command the models run for: metrics (evaluate, cv's out-of-fold pass) must reproduce the AUC

@@ -12,14 +12,19 @@
 #include <cstdio>
 #include <functional>
 #include <iomanip>
+#include <numeric>
 #include <sstream>
 
+#include "core/durable_file.h"
 #include "data/batch_loader.h"
 #include "data/dataset_index.h"
 #include "data/sampler.h"
 #include "data/split.h"
 #include "distributed/ddp.h"
 #include "distributed/process_group.h"
+#include "engine/infer/ensemble.h"
+#include "engine/infer/inference.h"
+#include "engine/infer/onnx_graph.h"
 #include "engine/io/pretrained.h"
 #include "engine/jobs/step_profile.h"
 #include "engine/runtime/device_batches.h"
@@ -210,6 +215,7 @@ void describe(const Config& config, const BenchOptions& o, const TrainStep& step
   r.model = config.model.name;
   r.precision = precision_name(step.options().precision);
   r.channels_last = channels_last;
+  r.in_channels = config.model.in_channels;
   r.image_size = config.data.image_size;
   r.batch_size = config.train.batch_size;
   r.threads = torch::get_num_threads();
@@ -269,15 +275,113 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   return r;
 }
 
+namespace {
+
+// The bench model as a trained one: the config's network and labels, its weights as make_model gives them.
+TrainedModel bench_model(const Config& config, const DatasetIndex& index) {
+  TrainedModel t;
+  t.info.path = "bench (" + config.model.name + ")";
+  t.info.model = config.model;
+  t.info.label_names = index.label_names;
+  t.info.config_yaml = config_to_yaml(config);
+  torch::manual_seed(config.seed);
+  t.model = make_model(config, static_cast<int64_t>(index.num_labels()), torch::kCPU, false);
+  t.model->eval();
+  return t;
+}
+
+// Predict's path, from files to logits: the eval loader feeding the runner, `o.steps` batches after the
+// warm-up's.
+double time_infer_e2e(const DatasetIndex& index, const std::vector<int64_t>& rows, const InferenceOptions& io,
+                      ModelRunner& runner, const BenchOptions& o, Stopwatch& watch) {
+  std::unique_ptr<BatchLoader> loader = eval_loader(index, rows, io);
+  DeviceBatches batches(*loader, device_batch_options(io));
+  c10::InferenceMode inference;
+  for (int i = 0; i < o.warmup; ++i) eval_logits(runner, batches.next()->images, io);
+  watch.start();
+  int64_t images = 0;
+  for (int i = 0; i < o.steps; ++i) {
+    const DeviceBatch b = *batches.next();
+    eval_logits(runner, b.images, io);
+    images += b.size();
+  }
+  return images / watch.stop();
+}
+
+// The eval loader alone (decode, resize, collate), timed as time_loader times the training loader.
+double time_infer_loader(const DatasetIndex& index, const std::vector<int64_t>& rows,
+                         const InferenceOptions& io, const BenchOptions& o, Stopwatch& watch) {
+  std::unique_ptr<BatchLoader> loader = eval_loader(index, rows, io);
+  for (int i = 0; i < o.warmup + io.prefetch_batches; ++i) loader->next();
+  watch.start();
+  int64_t images = 0;
+  for (int i = 0; i < loader_steps(o); ++i) images += loader->next()->images.size(0);
+  return images / watch.stop();
+}
+
+}  // namespace
+
+BenchResult run_infer_bench(const Config& config, Collectives& collectives, const BenchOptions& o) {
+  const DatasetIndex index = load_train_index(config.data, index_options(config.data));
+  const InferenceOptions io = command_inference_options(config, o.device, InferUse::kPredictions);
+  const int batches = o.warmup + io.prefetch_batches + std::max(o.steps, loader_steps(o)) + 1;
+  std::vector<int64_t> all(index.size());
+  std::iota(all.begin(), all.end(), 0);
+  RANZCR_CHECK(!all.empty(), "bench: the data set is empty");
+  std::vector<int64_t> rows;  // the index in order, repeated as often as the figures need
+  for (size_t i = 0; rows.size() < static_cast<size_t>(batches) * io.batch_size; ++i)
+    rows.push_back(all[i % all.size()]);
+  const TrainedModel trained = bench_model(config, index);
+  if (!o.onnx_out.empty() && collectives.is_main())
+    write_file_atomic(o.onnx_out, trained_models_onnx({&trained}));
+  const std::unique_ptr<ModelRunner> runner = runner_for(trained, io, {io.batch_size});
+  Stopwatch watch(o.device, collectives);
+  BenchResult r;
+  r.mode = "infer";
+  r.backend = runner->name();
+  r.loader_images_per_sec = time_infer_loader(index, rows, io, o, watch);
+  {
+    std::unique_ptr<BatchLoader> loader = eval_loader(index, rows, io);
+    DeviceBatches device_batches(*loader, device_batch_options(io));
+    const DeviceBatch batch = *device_batches.next();
+    loader.reset();  // its threads stop: on a CPU they would take cores from the model
+    c10::InferenceMode inference;
+    r.compute_images_per_sec = time_compute(
+        batch, o, [&] { eval_logits(*runner, batch.images, io); }, watch);
+  }
+  r.e2e_images_per_sec = time_infer_e2e(index, rows, io, *runner, o, watch);
+  r.device = o.device.str();
+  r.model = config.model.name;
+  r.precision = io.backend.backend == InferBackend::kOpenVino
+                    ? runner->name().substr(runner->name().find(' ') + 1)
+                    : precision_name(io.precision);
+  r.channels_last = io.channels_last;
+  r.in_channels = config.model.in_channels;
+  r.image_size = config.data.image_size;
+  r.batch_size = io.batch_size;
+  r.threads =
+      io.backend.backend == InferBackend::kOpenVino ? io.backend.num_threads : torch::get_num_threads();
+  r.loader_workers = io.num_workers;
+  r.steps = o.steps;
+  r.warmup = o.warmup;
+  r.loader_steps = loader_steps(o);
+  r.torch_version = TORCH_VERSION;
+  if (o.on_figures) o.on_figures(r);
+  return r;
+}
+
 std::string bench_json(const BenchResult& r) {
   nlohmann::json j;
   j["implementation"] = "ranzcr";
+  j["mode"] = r.mode;
+  if (r.mode == "infer") j["backend"] = r.backend;
   j["loader_images_per_sec"] = r.loader_images_per_sec;
   j["compute_images_per_sec"] = r.compute_images_per_sec;
   j["e2e_images_per_sec"] = r.e2e_images_per_sec;
   if (r.world_size > 1) j["sync_wait_share"] = r.sync_wait_share;
   j["device"] = r.device;
   j["model"] = r.model;
+  j["in_channels"] = r.in_channels;
   j["image_size"] = r.image_size;
   j["batch_size"] = r.batch_size;
   j["precision"] = r.precision;
@@ -299,7 +403,27 @@ std::string bench_json(const BenchResult& r) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+std::string infer_table(const BenchResult& r) {
+  std::ostringstream ss;
+  ss << "bench --infer: " << r.model << " " << r.image_size << " px, batch " << r.batch_size << ", run by "
+     << r.backend << ", device " << r.device << ", " << r.loader_workers << " loader workers, " << r.steps
+     << " batches after " << r.warmup << " warm-up\n";
+  ss << std::fixed << std::setprecision(2);
+  ss << "  loader   " << std::setw(10) << r.loader_images_per_sec
+     << " images/s  (read, decode, resize, collate)\n";
+  ss << "  model    " << std::setw(10) << r.compute_images_per_sec
+     << " images/s  (the model alone, fixed batch)\n";
+  ss << "  e2e      " << std::setw(10) << r.e2e_images_per_sec
+     << " images/s  (files to logits, as predict)\n";
+  return ss.str();
+}
+
+}  // namespace
+
 std::string bench_table(const BenchResult& r) {
+  if (r.mode == "infer") return infer_table(r);
   std::ostringstream ss;
   ss << "bench: " << r.model << " " << r.image_size << " px, batch " << r.batch_size << " x " << r.world_size
      << " rank(s), " << r.precision << (r.channels_last ? ", channels_last" : "") << ", device " << r.device

@@ -16,6 +16,10 @@ namespace ranzcr {
 struct BenchResult;
 
 struct BenchOptions {
+  /// Inference instead of training (bench --infer): the eval loader alone, the model alone on a fixed batch
+  /// (infer.backend and infer.precision as predict runs them), and predict's path from files to logits.
+  bool infer = false;
+  std::string onnx_out;  // infer: also write the model's ONNX graph here (for other runtimes' figures)
   int steps = 30;        // timed batches / steps per figure
   int warmup = 5;        // untimed batches / steps before each figure (thread start-up, cuDNN autotuning)
   int loader_steps = 0;  // timed batches of the loader figure; 0: steps
@@ -35,6 +39,8 @@ struct BenchResult {
       0.0;                          // forward + backward + optimizer step on a batch already on the device
   double e2e_images_per_sec = 0.0;  // the training step fed by the loader
   double sync_wait_share = -1.0;    // world size > 1: share of e2e time in the gradient-sync wait
+  std::string mode = "train";       // train | infer
+  std::string backend;              // infer: what ran the model ("libtorch", "openvino f32", ...)
   std::string device, model, precision;
   bool channels_last = false;
   // The libraries this process loaded: LibTorch, and on CUDA cuDNN, cuBLAS, NCCL ("" where absent).
@@ -42,6 +48,7 @@ struct BenchResult {
   std::string profile_dir;    // where --profile wrote trace.json, kernels.json, kernels.md ("" = not asked)
   std::string profile_table;  // its top kernels (the main rank's)
   std::string profile_error;  // the one line of a profile that failed ("" = none); the figures stand
+  int in_channels = 1;
   int image_size = 0, batch_size = 0, threads = 0, loader_workers = 0, world_size = 1, steps = 0, warmup = 0,
       loader_steps = 0;
 };
@@ -50,6 +57,11 @@ struct BenchResult {
 /// order), then, when asked, profiles compute steps on the fixed batch with the loader stopped; every rank of
 /// `collectives` runs it. A profile that fails is `profile_error`, not an exception.
 BenchResult run_bench(const Config& config, Collectives& collectives, const BenchOptions& options);
+
+/// bench --infer: the same three figures for inference (loader: predict's loader alone; compute: the
+/// model alone on a fixed batch of train.eval_batch_size; e2e: files to logits, as predict runs), on the
+/// config's model with its initial (or model.pretrained) weights. One process; every rank runs its own.
+BenchResult run_infer_bench(const Config& config, Collectives& collectives, const BenchOptions& options);
 
 /// The result as JSON text (the `bench --out` file).
 std::string bench_json(const BenchResult& result);
