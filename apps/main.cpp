@@ -177,6 +177,8 @@ void add_bench(CLI::App& app, Commands& c) {
       "--infer", c.bench.infer,
       "Inference instead of training: the eval loader, the model alone (infer.backend, infer.precision) "
       "and files to logits as predict runs");
+  b->add_option("--onnx", c.bench.onnx,
+                "With --infer: also write the model's ONNX graph here (for other runtimes)");
   b->add_option(
       "--profile", c.bench.profile,
       "Profile compute steps into this folder: trace.json (Kineto trace with input shapes and strides, "

@@ -1,6 +1,6 @@
 // ONNX graphs of the zoo's models, for `ranzcr export --out model.onnx` and the OpenVINO inference backend.
 // Each network is traced once by LibTorch's own tracer (no second copy of any forward), and the handful of
-// ATen operators the zoo uses are mapped to ONNX nodes by one table (onnx_export.cpp, kOps); an operator
+// ATen operators the zoo uses are mapped to ONNX nodes by one table (onnx_export.cpp, op_table()); an operator
 // outside the table is an error naming it. The graph is written with ONNX's C++ library and passes its
 // checker and strict shape inference before anyone sees it.
 #pragma once

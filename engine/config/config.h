@@ -197,8 +197,9 @@ struct OutputConfig {
 /// runs LibTorch, on the model being trained).
 struct InferConfig {
   InferBackendSetting backend =
-      InferBackendSetting::kAuto;  // auto | libtorch | openvino (auto: OpenVINO on a
-                                   // CPU where the build has it, LibTorch on CUDA)
+      InferBackendSetting::kAuto;  // auto | libtorch | openvino (auto: predict and serve
+                                   // OpenVINO on a CPU where the build has it; LibTorch
+                                   // on CUDA, and for evaluate and cv: the logged AUC)
   InferPrecisionSetting precision =
       InferPrecisionSetting::kAuto;  // auto | fp32 | bf16 (OpenVINO's; auto: fp32
                                      // for evaluate and cv, the CPU's own for

@@ -2,7 +2,7 @@
 # Inference throughput of ranzcr (each backend) beside the usual CPU runtimes, on the same network and threads.
 #
 #   scripts/bench/infer_compare.sh --config FILE [--set key=value ...] [--steps N] [--warmup W] [--repeats R]
-#                                  [--out-dir DIR] [--no-compile]
+#                                  [--out-dir DIR] [--no-compile] [--runtimes "eager onnxruntime ..."]
 #
 # Alternates, R times (default 3), never two at once: `ranzcr bench --infer` under infer.backend libtorch and
 # under the default (OpenVINO, this CPU's own precision; also f32 where the CPU has bf16), then
@@ -12,11 +12,12 @@
 # run's JSON lands in DIR (default runs/bench-infer); DIR/compare.md gets one table: per runtime the median
 # images/s of the model alone with its spread (min-max), ranzcr's end to end (files to logits, as predict) and
 # loader figures, and each median's ratio to OpenVINO's own model-only figure. The CPU's model and flags head it.
+# --runtimes picks the reference runtimes (default: all of them; OpenVINO's own is always run, the ratios' base).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${RANZCR_BIN:-build/ranzcr}
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
-CONFIG="" SETS=() STEPS=10 WARMUP=2 REPEATS=3 DIR=runs/bench-infer COMPILE=1
+CONFIG="" SETS=() STEPS=10 WARMUP=2 REPEATS=3 DIR=runs/bench-infer COMPILE=1 PICKED=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIG=$2; shift 2 ;;
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --repeats) REPEATS=$2; shift 2 ;;
     --out-dir) DIR=$2; shift 2 ;;
     --no-compile) COMPILE=0; shift ;;
+    --runtimes) PICKED=$2; shift 2 ;;
     *) echo "error: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +46,10 @@ print(j['model'], j['image_size'], j['batch_size'], j['threads'] or os.cpu_count
       j['in_channels'])")
 RUNTIMES="eager eager-bf16 onnxruntime openvino openvino-f32"
 [ "$COMPILE" = 1 ] && RUNTIMES="eager eager-bf16 compile-bf16 onnxruntime openvino openvino-f32"
+if [ -n "$PICKED" ]; then
+  RUNTIMES="openvino"
+  for r in $PICKED; do [ "$r" = openvino ] || RUNTIMES="$RUNTIMES $r"; done
+fi
 for k in $(seq 1 "$REPEATS"); do
   ours ranzcr-libtorch "$k" --set infer.backend=libtorch
   ours ranzcr-openvino "$k"
