@@ -25,6 +25,17 @@ import time
 SKIP = 77
 
 
+def need(*names):
+    """The modules `names`, imported; exit 77 (skip) when one is missing in this python."""
+    import importlib
+
+    try:
+        return [importlib.import_module(n) for n in names]
+    except ImportError as e:
+        print(f"skip: {e}")
+        sys.exit(SKIP)
+
+
 def timed(run, steps, warmup, batch):
     for _ in range(warmup):
         run()
@@ -54,11 +65,7 @@ def torch_model(args):
 
 
 def run_torch(args):
-    try:
-        import torch
-    except ImportError as e:
-        print(f"skip: {e}")
-        sys.exit(SKIP)
+    (torch,) = need("torch")
     torch.set_num_threads(args.threads)
     model = torch_model(args)
     x = torch.randn(args.batch, args.channels, args.size, args.size)
@@ -81,12 +88,7 @@ def run_torch(args):
 
 
 def run_onnxruntime(args):
-    try:
-        import numpy as np
-        import onnxruntime as ort
-    except ImportError as e:
-        print(f"skip: {e}")
-        sys.exit(SKIP)
+    np, ort = need("numpy", "onnxruntime")
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
@@ -97,12 +99,7 @@ def run_onnxruntime(args):
 
 
 def run_openvino(args):
-    try:
-        import numpy as np
-        import openvino as ov
-    except ImportError as e:
-        print(f"skip: {e}")
-        sys.exit(SKIP)
+    np, ov = need("numpy", "openvino")
     core = ov.Core()
     model = core.read_model(args.onnx)
     model.reshape({"images": [args.batch, args.channels, args.size, args.size]})
