@@ -11,6 +11,7 @@
 #include "data/csv.h"
 #include "distributed/world.h"
 #include "engine/config/config.h"
+#include "tests/apps/user_error.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -34,12 +35,7 @@ class CliTest : public test::CliSuite<CliTest> {
   friend void expect_thresholds_reproduce_operating_points(const std::string&, const std::string&);
   // Runs the binary and checks it failed with exactly one `error: ` line containing `expected`.
   static void expect_user_error(const std::string& args, const std::string& expected) {
-    const auto r = run_command(bin() + " " + args);
-    EXPECT_NE(r.status, 0) << args;
-    EXPECT_LT(r.status, 128) << "crashed: " << r.output;
-    const std::vector<std::string> errors = test::error_lines(r.output);
-    ASSERT_EQ(errors.size(), 1u) << r.output;
-    EXPECT_NE(errors[0].find(expected), std::string::npos) << "got: " << r.output;
+    test::expect_user_error(bin() + " " + args, expected);
   }
 };
 

@@ -18,6 +18,7 @@
 #include "engine/infer/model_runner.h"
 #include "onnx/onnx_export.h"
 #include "tests/apps/serve_server.h"
+#include "tests/apps/user_error.h"
 #include "tests/http_client.h"
 #include "tests/test_util.h"
 
@@ -52,12 +53,7 @@ class InferBackendTest : public ::testing::Test {
   }
   // Runs the binary and checks it failed with exactly one `error: ` line containing `expected`.
   static void expect_user_error(const std::string& args, const std::string& expected) {
-    const auto r = run_command(bin() + " " + args);
-    EXPECT_NE(r.status, 0) << args;
-    EXPECT_LT(r.status, 128) << "crashed: " << r.output;
-    const std::vector<std::string> errors = test::error_lines(r.output);
-    ASSERT_EQ(errors.size(), 1u) << r.output;
-    EXPECT_NE(errors[0].find(expected), std::string::npos) << "got: " << r.output;
+    test::expect_user_error(bin() + " " + args, expected);
   }
   static inline test::TempDir* dir_ = nullptr;
 };
