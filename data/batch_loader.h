@@ -4,6 +4,7 @@
 
 #include <torch/types.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -48,6 +49,16 @@ struct LoaderOptions {
   std::shared_ptr<const CachedImages> cache;
 };
 
+/// How the prefetch window fared for the consumer since BatchLoader::reset_queue_stats() (bench's figures:
+/// whether a run is loader-bound).
+struct LoaderQueueStats {
+  double seconds = 0.0;            // since the reset
+  double wait_seconds = 0.0;       // the consumer blocked in next()
+  double empty_seconds = 0.0;      // no finished batch ready for the consumer (it would have waited)
+  double depth_seconds = 0.0;      // the ready batches' count over time (mean depth: depth_seconds / seconds)
+  std::vector<int> depth_at_next;  // the batches ready for the consumer when each next() was called
+};
+
 class BatchLoader {
  public:
   /// Loads `index` rows in the order `rows`, transformed with `transform` for `epoch`.
@@ -60,6 +71,10 @@ class BatchLoader {
   /// The next batch in order, or nullopt at the end. Rethrows a worker's error (e.g. a corrupt image).
   std::optional<Batch> next();
   int64_t num_batches() const { return num_batches_; }
+  /// Starts the queue's statistics afresh, now.
+  void reset_queue_stats();
+  /// The queue's statistics since the last reset (or the start).
+  LoaderQueueStats queue_stats();
 
  private:
   struct Result {
@@ -67,6 +82,10 @@ class BatchLoader {
     std::exception_ptr error;
   };
   void work();
+  /// Batches finished and waiting in order for the consumer (its next() would not wait). Under mutex_.
+  int ready_in_order() const;
+  /// Adds the time since the last change of the queue to stats_. Under mutex_, before each change.
+  void account_queue(std::chrono::steady_clock::time_point now);
   Batch make_batch(int64_t b) const;
   /// The prepared image of index row `row` (from the cache, else decoded) and the file's own size.
   cv::Mat prepared(int64_t row, cv::Size* original_size) const;
@@ -90,6 +109,8 @@ class BatchLoader {
   int64_t consumed_ = 0;
   bool stop_ = false;
   std::map<int64_t, Result> ready_;
+  LoaderQueueStats stats_;
+  std::chrono::steady_clock::time_point last_change_;
   std::vector<std::thread> workers_;
 };
 

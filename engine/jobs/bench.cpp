@@ -94,13 +94,16 @@ int loader_steps(const BenchOptions& o) {
 // The loader's own rate. Its prefetch window fills during the warm-up, and batches already made would be
 // counted at no cost (a cached data set gave millions of images per second over a few steps): they are
 // taken untimed too, so the clock starts with the window about empty and times batches made while it runs.
-double time_loader(const Setup& s, const Config& config, const BenchOptions& o, Stopwatch& watch) {
+double time_loader(const Setup& s, const Config& config, const BenchOptions& o, Stopwatch& watch,
+                   SectionUsage* cpu) {
   BatchLoader loader(s.index, s.train_rows, ImageTransform(train_transform(config.data, config.seed)), 0,
                      s.loader);
   for (int i = 0; i < o.warmup + s.loader.prefetch_batches; ++i) loader.next();
   watch.start();
+  const ThreadUsage usage;
   int64_t images = 0;
   for (int i = 0; i < loader_steps(o); ++i) images += loader.next()->images.size(0);
+  *cpu = usage.finish();
   return images / watch.stop();
 }
 
@@ -113,10 +116,12 @@ DeviceBatch fixed_batch(const Setup& s, const Config& config) {
 }
 
 double time_compute(const DeviceBatch& batch, const BenchOptions& o, const std::function<void()>& run,
-                    Stopwatch& watch) {
+                    Stopwatch& watch, SectionUsage* cpu = nullptr) {
   for (int i = 0; i < o.warmup; ++i) run();
   watch.start();
+  const ThreadUsage usage;
   for (int i = 0; i < o.steps; ++i) run();
+  if (cpu) *cpu = usage.finish();
   return static_cast<double>(batch.size()) * o.steps / watch.stop();
 }
 
@@ -185,6 +190,8 @@ std::string loaded_cudnn_version() {
 struct E2e {
   double images_per_sec = 0.0;
   double sync_wait_share = 0.0;  // of the timed steps' wall time
+  SectionUsage cpu;
+  LoaderQueueStats queue;
 };
 
 E2e time_e2e(const Setup& s, const Config& config, const BenchOptions& o, TrainStep& step,
@@ -200,12 +207,16 @@ E2e time_e2e(const Setup& s, const Config& config, const BenchOptions& o, TrainS
   };
   for (int i = 0; i < o.warmup; ++i) run();
   watch.start();
+  const ThreadUsage usage;
+  loader.reset_queue_stats();
   const double wait_before = ddp.sync_wait_seconds();
   int64_t images = 0;
   for (int i = 0; i < o.steps; ++i) images += run();
   const double wait = ddp.sync_wait_seconds() - wait_before;
+  LoaderQueueStats queue = loader.queue_stats();
+  SectionUsage cpu = usage.finish();
   const double seconds = watch.stop();
-  return E2e{images / seconds, wait / seconds};
+  return E2e{images / seconds, wait / seconds, std::move(cpu), std::move(queue)};
 }
 
 // The settings and the libraries of the run, beside its figures.
@@ -239,8 +250,12 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
   s.index = load_train_index(config.data, index_options(config.data));
   s.loader = train_loader_options(config, device, /*drop_last=*/true);
   const int loader_batches = o.warmup + s.loader.prefetch_batches + loader_steps(o);  // time_loader's
-  s.train_rows = bench_rows(config, validation_split(config.data, s.index.groups, config.seed).train,
-                            std::max(o.warmup + o.steps, loader_batches) + 1, collectives);
+  // Enough batches that the loader's threads never run out in a timed section: they claim up to a prefetch
+  // window past the consumer, and one that runs out ends (its CPU time would be lost to the figures, and
+  // the last steps would run with the loader idle).
+  s.train_rows =
+      bench_rows(config, validation_split(config.data, s.index.groups, config.seed).train,
+                 std::max(o.warmup + o.steps, loader_batches) + s.loader.prefetch_batches + 1, collectives);
   s.loader.cache = open_run_cache(config.data, s.index.image_paths, [&](const std::string& line) {
     if (collectives.is_main()) std::fprintf(stderr, "%s\n", line.c_str());
   });
@@ -259,15 +274,17 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
 
   BenchResult r;
   const int world = collectives.world_size();
-  r.loader_images_per_sec = world * time_loader(s, config, o, watch);
+  r.loader_images_per_sec = world * time_loader(s, config, o, watch, &r.loader_cpu);
   const DeviceBatch batch = fixed_batch(s, config);
   auto run = [&] {
     step.forward_backward(batch.images, batch.labels, true);
     step.optimizer_step(config.optim.lr);
   };
-  r.compute_images_per_sec = world * time_compute(batch, o, run, watch);
-  const E2e e2e = time_e2e(s, config, o, step, ddp, watch);
+  r.compute_images_per_sec = world * time_compute(batch, o, run, watch, &r.compute_cpu);
+  E2e e2e = time_e2e(s, config, o, step, ddp, watch);
   r.e2e_images_per_sec = world * e2e.images_per_sec;
+  r.e2e_cpu = std::move(e2e.cpu);
+  r.e2e_queue = std::move(e2e.queue);
   if (world > 1) r.sync_wait_share = e2e.sync_wait_share;
   describe(config, o, step, channels_last, world, r);
   if (o.on_figures) o.on_figures(r);
@@ -370,6 +387,36 @@ BenchResult run_infer_bench(const Config& config, Collectives& collectives, cons
   return r;
 }
 
+namespace {
+
+nlohmann::json section_json(const SectionUsage& u) {
+  nlohmann::json groups = nlohmann::json::object();
+  for (const auto& g : u.groups) {
+    nlohmann::json e = {
+        {"threads", g.threads}, {"cpu_s", g.cpu_seconds}, {"cores", g.cpu_seconds / u.wall_seconds}};
+    e["wait_s"] = g.wait_seconds >= 0.0 ? nlohmann::json(g.wait_seconds) : nlohmann::json(nullptr);
+    groups[g.group] = e;
+  }
+  return {{"wall_s", u.wall_seconds}, {"cores", u.cores()}, {"groups", groups}};
+}
+
+// Where each figure's CPU went, and how the e2e steps found the loader's queue.
+void add_cpu_json(const BenchResult& r, nlohmann::json& j) {
+  j["cpu"] = {{"loader", section_json(r.loader_cpu)},
+              {"compute", section_json(r.compute_cpu)},
+              {"e2e", section_json(r.e2e_cpu)}};
+  const LoaderQueueStats& q = r.e2e_queue;
+  const double wall = std::max(q.seconds, 1e-9);
+  const size_t steps = std::max<size_t>(q.depth_at_next.size(), 1);
+  j["e2e_batch_wait_ms_per_step"] = 1e3 * q.wait_seconds / steps;
+  j["e2e_batch_wait_share"] = q.wait_seconds / wall;
+  j["e2e_queue_empty_share"] = q.empty_seconds / wall;
+  j["e2e_queue_depth_mean"] = q.depth_seconds / wall;
+  j["e2e_queue_depth_per_step"] = q.depth_at_next;
+}
+
+}  // namespace
+
 std::string bench_json(const BenchResult& r) {
   nlohmann::json j;
   j["implementation"] = "ranzcr";
@@ -379,6 +426,7 @@ std::string bench_json(const BenchResult& r) {
   j["compute_images_per_sec"] = r.compute_images_per_sec;
   j["e2e_images_per_sec"] = r.e2e_images_per_sec;
   if (r.world_size > 1) j["sync_wait_share"] = r.sync_wait_share;
+  if (r.mode == "train") add_cpu_json(r, j);
   j["device"] = r.device;
   j["model"] = r.model;
   j["in_channels"] = r.in_channels;
@@ -420,6 +468,23 @@ std::string infer_table(const BenchResult& r) {
   return ss.str();
 }
 
+// Where the CPU went in each figure (cores used per wall second, by thread group) and the e2e batch wait.
+std::string cpu_lines(const BenchResult& r) {
+  std::ostringstream ss;
+  ss << "  CPU, cores by thread group (waiting for a core):\n"
+     << "    loader   " << usage_line(r.loader_cpu) << "\n"
+     << "    compute  " << usage_line(r.compute_cpu) << "\n"
+     << "    e2e      " << usage_line(r.e2e_cpu) << "\n";
+  const LoaderQueueStats& q = r.e2e_queue;
+  const double wall = std::max(q.seconds, 1e-9);
+  const size_t steps = std::max<size_t>(q.depth_at_next.size(), 1);
+  ss << std::fixed << std::setprecision(1) << "  e2e batch wait " << 1e3 * q.wait_seconds / steps
+     << " ms per step (" << 100.0 * q.wait_seconds / wall << "% of the time); prefetch queue empty "
+     << 100.0 * q.empty_seconds / wall << "% of the time, " << q.depth_seconds / wall
+     << " batches ready on average\n";
+  return ss.str();
+}
+
 }  // namespace
 
 std::string bench_table(const BenchResult& r) {
@@ -440,6 +505,7 @@ std::string bench_table(const BenchResult& r) {
      << " images/s  (training step fed by the loader)\n";
   if (r.world_size > 1)
     ss << "  gradient sync wait: " << std::setprecision(1) << 100.0 * r.sync_wait_share << "% of e2e time\n";
+  ss << cpu_lines(r);
   ss << "  LibTorch " << r.torch_version;
   if (!r.cudnn_version.empty()) ss << ", cuDNN " << r.cudnn_version;
   if (!r.cublas_version.empty()) ss << ", cuBLAS " << r.cublas_version;

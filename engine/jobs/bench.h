@@ -7,8 +7,10 @@
 #include <functional>
 #include <string>
 
+#include "data/batch_loader.h"
 #include "distributed/collectives.h"
 #include "engine/config/config.h"
+#include "engine/jobs/thread_usage.h"
 #include "engine/report/run_log.h"
 
 namespace ranzcr {
@@ -39,8 +41,12 @@ struct BenchResult {
       0.0;                          // forward + backward + optimizer step on a batch already on the device
   double e2e_images_per_sec = 0.0;  // the training step fed by the loader
   double sync_wait_share = -1.0;    // world size > 1: share of e2e time in the gradient-sync wait
-  std::string mode = "train";       // train | infer
-  std::string backend;              // infer: what ran the model ("libtorch", "openvino f32", ...)
+  // Where each timed section's CPU went (this rank's threads), and how the e2e steps found the loader's
+  // queue: whether the run is loader-bound.
+  SectionUsage loader_cpu, compute_cpu, e2e_cpu;
+  LoaderQueueStats e2e_queue;
+  std::string mode = "train";  // train | infer
+  std::string backend;         // infer: what ran the model ("libtorch", "openvino f32", ...)
   std::string device, model, precision;
   bool channels_last = false;
   // The libraries this process loaded: LibTorch, and on CUDA cuDNN, cuBLAS, NCCL ("" where absent).

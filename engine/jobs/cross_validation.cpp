@@ -11,9 +11,9 @@
 
 #include "data/csv.h"
 #include "data/dataset_index.h"
-#include "engine/infer/ensemble.h"
 #include "data/split.h"
 #include "distributed/collectives.h"
+#include "engine/infer/ensemble.h"
 #include "engine/infer/inference.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/run_folder.h"

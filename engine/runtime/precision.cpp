@@ -4,7 +4,10 @@
 #include <c10/core/MemoryFormat.h>
 #include <c10/util/strides.h>
 
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "core/check.h"
 #include "engine/config/config.h"
@@ -38,6 +41,29 @@ std::string precision_name(Precision precision) {
     default:
       return "fp32";
   }
+}
+
+bool cpu_has_native_bf16() {
+  static const bool has = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("flags", 0) != 0) continue;
+      std::istringstream flags(line.substr(line.find(':') + 1));
+      std::string flag;
+      while (flags >> flag)
+        if (flag == "avx512_bf16" || flag == "amx_bf16") return true;
+      return false;  // the first processor's flags
+    }
+    return false;
+  }();
+  return has;
+}
+
+std::string cpu_bf16_warning(Precision precision, const torch::Device& device) {
+  if (precision != Precision::kBf16 || !device.is_cpu() || cpu_has_native_bf16()) return "";
+  return "train.precision bf16 on a CPU without AMX or AVX-512 BF16: LibTorch emulates bf16 here, "
+         "slower than fp32 (see docs/benchmarks.md); expected fp32 or auto on this CPU";
 }
 
 bool resolve_on_for_cuda(OnOffAuto setting, const torch::Device& device) {

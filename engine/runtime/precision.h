@@ -17,6 +17,11 @@ enum class Precision { kFp32, kBf16, kFp16 };
 /// fp32 on a CPU). Throws for bf16 asked on a GPU without it.
 Precision resolve_precision(PrecisionSetting setting, const torch::Device& device);
 std::string precision_name(Precision precision);
+/// Whether this CPU computes bf16 natively (AMX or AVX-512 BF16, from /proc/cpuinfo's flags). Without it
+/// LibTorch emulates bf16 with fp32 instructions plus conversions: slower than fp32.
+bool cpu_has_native_bf16();
+/// "" or one warning line: bf16 asked for on a CPU that would emulate it.
+std::string cpu_bf16_warning(Precision precision, const torch::Device& device);
 
 /// An auto | true | false setting whose auto means on for CUDA devices, off on CPUs (train.channels_last,
 /// optim.fused).

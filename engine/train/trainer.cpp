@@ -287,6 +287,7 @@ void Trainer::build_step() {
             " parameters, device " + device.str() + ", precision " + precision_name(so.precision) +
             (inference_options_.channels_last ? ", channels_last" : "") + ", world size " +
             std::to_string(collectives_.world_size()));
+  if (const std::string w = cpu_bf16_warning(so.precision, device); !w.empty()) log_.warn(w);
 }
 
 void Trainer::plan_epochs() {

@@ -2,27 +2,34 @@
 # Training throughput of ranzcr against a PyTorch eager reference, on the same config and data.
 #
 #   scripts/bench/compare.sh --config FILE [--set key=value ...] [--steps N] [--warmup W] [--loader-steps L]
-#                            [--out-dir DIR] [--repeats R] [--no-compile] [--profile] [--reduced-decode]
-#                            [--append] [--table-only]
+#                            [--out-dir DIR] [--repeats R] [--no-compile] [--no-plain] [--profile]
+#                            [--reduced-decode] [--append] [--table-only]
 #
 # Runs `ranzcr bench` (binary: $RANZCR_BIN, default build/ranzcr) and scripts/bench/pytorch_reference.py
 # (python: $PYTHON, default .venv/bin/python if present, else python3) with the same --config/--set/--steps/
-# --warmup/--loader-steps, alternating, R times each (default 3): ranzcr, pytorch, pytorch --compile, ranzcr,
-# pytorch, ... never two at the same time, so neither steals the other's cores. The reference runs on the
+# --warmup/--loader-steps, alternating, R times each (default 3): ranzcr, pytorch, pytorch --plain, pytorch
+# --compile, ranzcr, pytorch, ... never two at the same time, so none steals another's cores. Two references:
+# "pytorch" does ranzcr's own pipeline in Python (decode, resize, rotate/zoom/shift warp, flip, contrast), like
+# for like; "pytorch plain" is an ordinary user script (pytorch_reference.py --plain: full-size cv2.imread, one
+# INTER_AREA resize, hflip). The reference runs on the
 # device ranzcr used and with ranzcr's intra-op thread count ("threads" of its JSON, given as --threads).
 # A run that fails is a warning, and the comparison goes on with the runs that did not: each side writes its
 # figures' JSON before it profiles, so a run whose profile failed still counts.
-# Each run writes its JSON: DIR/ours-K.json, DIR/pytorch-K.json, DIR/pytorch-compile-K.json (DIR defaults
-# to runs/bench); DIR/ours.json, DIR/pytorch.json and DIR/pytorch-compile.json are the summaries (the first
-# run's settings, each figure the median of the runs, "repeats" and "runs" the values). Prints, and writes
-# to DIR/compare.md, a markdown table: for the loader, compute and end-to-end figures the median and the
-# spread (min-max) of each side, the ratio of the medians (ranzcr / pytorch), and a "pytorch compile"
-# column for compute (torch.compile, default mode; reported, not a goal). The settings, the reference's
+# Each run writes its JSON: DIR/ours-K.json, DIR/pytorch-K.json, DIR/pytorch-plain-K.json,
+# DIR/pytorch-compile-K.json (DIR defaults to runs/bench); DIR/ours.json, DIR/pytorch.json,
+# DIR/pytorch-plain.json and DIR/pytorch-compile.json are the summaries (the first run's settings, each figure
+# the median of the runs, "repeats" and "runs" the values). Prints, and writes to DIR/compare.md, a markdown
+# table: for the loader, compute and end-to-end figures the median and the spread (min-max) of each side, the
+# ratio of the medians to each reference (ranzcr / pytorch, ranzcr / pytorch plain), and a "pytorch compile"
+# column for compute (torch.compile, default mode; reported, not a goal); a fourth row, "share of own bound",
+# is each run's e2e over the rate its own loader and compute figures allow when they share the machine,
+# 1 / (1/loader + 1/compute): how little the two lose to each other (median and spread of the runs). The settings, the reference's
 # model source and the torch, cuDNN, cuBLAS and NCCL versions each process loaded are listed below it; a
 # difference between the two sides is a bold warning there and on stderr.
 #
 #   --repeats R       runs of each side (default 3).
 #   --no-compile      no torch.compile runs (compiling takes minutes on a CPU, tens of seconds on a GPU).
+#   --no-plain        no runs of the plain reference.
 #   --profile         the first run of ranzcr and of the eager reference also profiles its compute steps, the
 #                     same way on both sides: after all three of its figures are timed and written (so a
 #                     profile that fails or is cut short by a time limit costs no figure), on the fixed batch
@@ -57,7 +64,7 @@ die() {
   exit 1
 }
 
-config="" out_dir="runs/bench" reduced=0 table_only=0 repeats=3 compile=1 profile=0 append=0
+config="" out_dir="runs/bench" reduced=0 table_only=0 repeats=3 compile=1 plain=1 profile=0 append=0
 common=()  # arguments both implementations get
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -75,6 +82,7 @@ while [[ $# -gt 0 ]]; do
     --append) append=1; shift; continue ;;
     --table-only) table_only=1; shift; continue ;;
     --no-compile) compile=0; shift; continue ;;
+    --no-plain) plain=0; shift; continue ;;
     --profile) profile=1; shift; continue ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -168,7 +176,6 @@ EOF
       warn "no ranzcr figures yet: the reference picks its own device and threads"
     fi
     [[ $threads =~ ^[1-9][0-9]*$ ]] && ref_args+=(--threads "$threads")
-    [[ $reduced == 1 ]] && ref_args+=(--reduced-decode)
     return 0
   }
   # run_side NAME JSON COMMAND...: runs one side; a failure is a warning. A JSON written before the failure
@@ -193,12 +200,21 @@ EOF
     run_side "ranzcr bench" "$out_dir/ours-$k.json" "$bin" bench "${ours_args[@]}"
     ref_args_from
     args=("${ref_args[@]}" --out "$out_dir/pytorch-$k.json")
+    [[ $reduced == 1 ]] && args+=(--reduced-decode)
     [[ $k == "$first" && $profile == 1 ]] && args+=(--profile "$out_dir/profile-pytorch")
     echo
     echo "== [$k/$((first + repeats - 1))] pytorch: $python $here/pytorch_reference.py ${args[*]}"
     run_side "the pytorch reference" "$out_dir/pytorch-$k.json" "$python" "$here/pytorch_reference.py" "${args[@]}"
+    if [[ $plain == 1 ]]; then
+      args=("${ref_args[@]}" --plain --out "$out_dir/pytorch-plain-$k.json")
+      echo
+      echo "== [$k/$((first + repeats - 1))] pytorch, plain: $python $here/pytorch_reference.py ${args[*]}"
+      run_side "the plain pytorch reference" "$out_dir/pytorch-plain-$k.json" "$python" \
+        "$here/pytorch_reference.py" "${args[@]}"
+    fi
     if [[ $compile == 1 ]]; then
       args=("${ref_args[@]}" --compile --out "$out_dir/pytorch-compile-$k.json")
+      [[ $reduced == 1 ]] && args+=(--reduced-decode)
       echo
       echo "== [$k/$((first + repeats - 1))] pytorch, torch.compile: $python $here/pytorch_reference.py ${args[*]}"
       if ! "$python" "$here/pytorch_reference.py" "${args[@]}"; then
@@ -241,8 +257,8 @@ def runs_of(prefix):
 FIGS = [("loader (read, decode, augment, collate)", "loader_images_per_sec"),
         ("compute (forward, backward, step)", "compute_images_per_sec"),
         ("e2e (training step fed by the loader)", "e2e_images_per_sec")]
-sides = {name: runs_of(name) for name in ("ours", "pytorch", "pytorch-compile")}
-ours, ref, comp = (sides[n][0] for n in ("ours", "pytorch", "pytorch-compile"))
+sides = {name: runs_of(name) for name in ("ours", "pytorch", "pytorch-plain", "pytorch-compile")}
+ours, ref, plain, comp = (sides[n][0] for n in ("ours", "pytorch", "pytorch-plain", "pytorch-compile"))
 if not ours or not ref:
     missing = [f"{out}/{n}-K.json" for n, r in (("ours", ours), ("pytorch", ref)) if not r]
     sys.exit(f"compare.sh: no {' or '.join(missing)} (run without --table-only first)")
@@ -283,14 +299,39 @@ def median(runs, key):
     return statistics.median(v) if v else None
 
 
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a is not None and b else "-"
+
+
+def bound_shares(runs):
+    """Each run's e2e over 1 / (1/loader + 1/compute), the rate its own two figures allow on shared cores."""
+    out = []
+    for r in runs:
+        l, c, e = (r.get(k) for k in ("loader_images_per_sec", "compute_images_per_sec", "e2e_images_per_sec"))
+        if l and c and e is not None:
+            out.append({"share": e * (1.0 / l + 1.0 / c)})
+    return out
+
+
+def share_cell(runs):
+    v = values(runs, "share")
+    if not v:
+        return "-"
+    return f"{statistics.median(v):.2f}" + (f" ({min(v):.2f}–{max(v):.2f})" if len(v) > 1 else "")
+
+
 n = lambda runs: f"{len(runs)} run" + ("s" if len(runs) != 1 else "")
 lines = [f"| metric (images/s): median (min–max) | ranzcr, {n(ours)} | pytorch, {n(ref)} | ratio of medians (ranzcr / pytorch) "
-         f"| pytorch compile, {n(comp)} |", "|---|---:|---:|---:|---:|"]
+         f"| pytorch plain, {n(plain)} | ranzcr / pytorch plain | pytorch compile, {n(comp)} |",
+         "|---|---:|---:|---:|---:|---:|---:|"]
 for label, key in FIGS:
-    a, b = median(ours, key), median(ref, key)
-    ratio = f"{a / b:.2f}x" if a is not None and b else "-"
-    lines.append(f"| {label} | {cell(ours, key)} | {cell(ref, key)} | {ratio} | "
+    a = median(ours, key)
+    lines.append(f"| {label} | {cell(ours, key)} | {cell(ref, key)} | {ratio(a, median(ref, key))} | "
+                 f"{cell(plain, key)} | {ratio(a, median(plain, key))} | "
                  f"{cell(comp, key) if key == 'compute_images_per_sec' else ''} |")
+sa, sr, sp = (bound_shares(x) for x in (ours, ref, plain))
+lines.append(f"| share of own bound, e2e × (1/loader + 1/compute) | {share_cell(sa)} | {share_cell(sr)} | | "
+             f"{share_cell(sp)} | | |")
 ca, cc = median(ours, "compute_images_per_sec"), median(comp, "compute_images_per_sec")
 if ca is not None and cc:
     secs = values(comp, "compile_seconds")
@@ -327,14 +368,20 @@ def versions_line(d):
 
 lines += ["", "Settings:", f"- ranzcr: {settings_line(o)}", f"- pytorch: {settings_line(r)}; decode "
           f"{r.get('decode', '?')}, model from {r.get('model_source', '?')}"]
+if plain:
+    lines.append(f"- pytorch plain: {settings_line(plain[0])}; full-size cv2.imread, INTER_AREA resize, hflip; "
+                 f"model from {plain[0].get('model_source', '?')}")
 if comp:
     lines.append(f"- pytorch compile: {settings_line(comp[0])}; model from {comp[0].get('model_source', '?')}")
+if not plain:
+    lines += ["", "pytorch plain: not run (--no-plain, or it failed)"]
 lines += ["", "Libraries loaded:", f"- ranzcr: {versions_line(o)}", f"- pytorch: {versions_line(r)}"]
 
 warnings = []
 keys = ("device", "model", "image_size", "batch_size", "precision", "channels_last", "threads", "loader_workers",
         "steps", "warmup", "loader_steps")
-for other, what in ((r, "pytorch"), (comp[0] if comp else None, "pytorch compile")):
+for other, what in ((r, "pytorch"), (plain[0] if plain else None, "pytorch plain"),
+                    (comp[0] if comp else None, "pytorch compile")):
     if other is None:
         continue
     skip = ("loader_steps", "warmup") if what == "pytorch compile" else ()  # compute only; warm-up >= 2 there
@@ -358,7 +405,7 @@ if vdiff:
         f"{k} {vo.get(k) or 'none'} (ranzcr) vs {vr.get(k) or 'none'} (pytorch)" for k in vdiff))
 if "versions" not in o:
     warnings.append("ranzcr's JSON has no \"versions\" (an older ranzcr bench): the libraries it loaded are unknown")
-for side, runs in (("ranzcr", ours), ("pytorch", ref), ("pytorch compile", comp)):
+for side, runs in (("ranzcr", ours), ("pytorch", ref), ("pytorch plain", plain), ("pytorch compile", comp)):
     varying = [k for k in keys if len({json.dumps(x.get(k)) for x in runs}) > 1]
     if varying:
         warnings.append(f"the {side} runs differ among themselves in {', '.join(varying)}")
@@ -463,4 +510,5 @@ written="$out_dir/compare.md"
 [[ -f $out_dir/profile.md ]] && written+=", $out_dir/profile.md"
 [[ -f $out_dir/profile-summary.md ]] && written+=", $out_dir/profile-summary.md and .json"
 echo
-echo "wrote $written (the runs: $out_dir/ours-K.json, pytorch-K.json, pytorch-compile-K.json; summaries: ours.json, pytorch.json)"
+echo "wrote $written (the runs: $out_dir/ours-K.json, pytorch-K.json, pytorch-plain-K.json, pytorch-compile-K.json;" \
+  "summaries: ours.json, pytorch.json, pytorch-plain.json)"

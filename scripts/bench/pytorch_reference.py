@@ -27,10 +27,16 @@ How it matches ranzcr (read from the C++ sources):
            DataLoader for the loader figure, stopped before the compute figure, a fresh one for e2e.
   model    model.name with in_chans=model.in_channels, num_classes=#labels, dropout=model.dropout:
            timm if it imports, else torchvision (resnet*, efficientnet_b*), else built-in ports of
-           models/resnet.cpp (resnet18..152, resnet*d) and models/tiny_cnn.cpp; tiny_cnn is always built-in.
+           models/resnet.cpp (resnet18..152, resnet*d), models/efficientnet.cpp (efficientnet_b0..b7) and
+           models/tiny_cnn.cpp; tiny_cnn is always built-in.
   step     BCEWithLogits, AdamW(lr, weight_decay) or SGD(nesterov, momentum), clip_grad_norm_ when
            optim.grad_clip > 0; train.precision auto|fp32|bf16|fp16 (auto: bf16 on CUDA if supported, else
            fp32), train.channels_last auto|true|false (auto: on for CUDA), cudnn.benchmark, non_blocking.
+
+The plain pipeline (--plain): what an ordinary user script does instead of ranzcr's pipeline: cv2.imread
+  at full size (grayscale), one cv2.resize to image_size with INTER_AREA, a random hflip (p=0.5), / 255; no
+  rotation, shift, zoom, contrast or brightness. The rest (DataLoader, model, step) as above; "implementation"
+  is "pytorch-plain", "decode" is "plain".
 
 Options beyond the figures:
   --threads N   torch.set_num_threads(N) (intra-op threads; overrides train.num_threads). compare.sh passes
@@ -61,7 +67,7 @@ The JSON also records "threads" and "versions": {"torch", "cudnn" ("9.19.0"), "c
 libcublas this process loaded), "nccl" ("2.28.9")}, null where absent (cublas: null on a CPU run).
 
 Usage: pytorch_reference.py --config FILE [--set k=v ...] [--steps N] [--warmup W] [--loader-steps L] [--out FILE]
-                            [--device cpu|cuda] [--reduced-decode] [--model-source auto|timm|torchvision|builtin]
+                            [--device cpu|cuda] [--reduced-decode | --plain] [--model-source auto|timm|torchvision|builtin]
                             [--threads N] [--compile] [--profile DIR]
 Needs torch, numpy, opencv (cv2) and PyYAML: pip install opencv-python-headless numpy pyyaml
 """
@@ -319,6 +325,26 @@ class TrainDataset(torch.utils.data.Dataset):
         return torch.from_numpy(out)[None], self.labels[i]
 
 
+class PlainDataset(torch.utils.data.Dataset):
+    """--plain: what a plain user script does, not what ranzcr does: the full-size cv2.imread, one INTER_AREA
+    resize to image_size, a random hflip, scaled to [0, 1]; no other augmentation."""
+
+    def __init__(self, paths, labels, d):
+        self.paths, self.labels, self.size = paths, torch.from_numpy(labels), int(d["image_size"])
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        img = cv2.imread(self.paths[i], cv2.IMREAD_GRAYSCALE)
+        if img is None:
+            raise RuntimeError(f"cannot decode image {self.paths[i]} (corrupt or not an image)")
+        img = cv2.resize(img, (self.size, self.size), interpolation=cv2.INTER_AREA)
+        if np.random.random() < 0.5:  # numpy's stream: the DataLoader seeds each worker's
+            img = cv2.flip(img, 1)
+        return torch.from_numpy(img.astype(np.float32) / 255.0)[None], self.labels[i]
+
+
 # ---------------------------------------------------------------- models (models/*.cpp)
 def conv(i, o, k, stride=1):
     return nn.Conv2d(i, o, k, stride, k // 2, bias=False)
@@ -376,6 +402,89 @@ class ResNet(nn.Module):  # models/resnet.cpp: torchvision layout; *d = deep ste
         return self.fc(self.dropout(x))
 
 
+def make_divisible(v, divisor=8):  # models/efficientnet.cpp make_divisible
+    n = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return n + divisor if n < 0.9 * v else n
+
+
+class SqueezeExcite(nn.Module):  # models/efficientnet.cpp: conv_reduce and conv_expand 1x1 with bias
+    def __init__(self, channels, reduced):
+        super().__init__()
+        self.conv_reduce, self.conv_expand = nn.Conv2d(channels, reduced, 1), nn.Conv2d(reduced, channels, 1)
+
+    def forward(self, x):
+        s = nn.functional.adaptive_avg_pool2d(x, 1)
+        return x * torch.sigmoid(self.conv_expand(nn.functional.silu(self.conv_reduce(s))))
+
+
+class MBConv(nn.Module):
+    """models/efficientnet.cpp MBConv, timm's names: InvertedResidual (conv_pw, bn1, conv_dw, bn2, se, conv_pwl,
+    bn3) or, without expansion, DepthwiseSeparableConv (conv_dw, bn1, se, conv_pw, bn2). SE width: input // 4."""
+
+    def __init__(self, cin, out, expand_ratio, k, stride, drop_path):
+        super().__init__()
+        mid = make_divisible(cin * expand_ratio)
+        self.expand, self.residual, self.drop_path = mid != cin, stride == 1 and cin == out, drop_path
+        dw = nn.Conv2d(mid, mid, k, stride, (k - 1) // 2, groups=mid, bias=False)
+        se, project = SqueezeExcite(mid, max(1, cin // 4)), conv(mid, out, 1)
+        bn_dw, bn_project = nn.BatchNorm2d(mid), nn.BatchNorm2d(out)
+        if self.expand:
+            self.conv_pw, self.bn1 = conv(cin, mid, 1), nn.BatchNorm2d(mid)
+            self.conv_dw, self.bn2, self.se, self.conv_pwl, self.bn3 = dw, bn_dw, se, project, bn_project
+        else:
+            self.conv_dw, self.bn1, self.se, self.conv_pw, self.bn2 = dw, bn_dw, se, project, bn_project
+
+    def forward(self, x):
+        silu = nn.functional.silu
+        if self.expand:
+            y = self.bn3(self.conv_pwl(self.se(silu(self.bn2(self.conv_dw(silu(self.bn1(self.conv_pw(x)))))))))
+        else:
+            y = self.bn2(self.conv_pw(self.se(silu(self.bn1(self.conv_dw(x))))))
+        if not self.residual:
+            return y
+        if self.training and self.drop_path > 0:  # stochastic depth, per sample
+            keep = 1 - self.drop_path
+            y = y * torch.empty(y.shape[0], 1, 1, 1, dtype=y.dtype, device=y.device).bernoulli_(keep).div_(keep)
+        return y + x
+
+
+class EfficientNet(nn.Module):  # models/efficientnet.cpp: B0 stages scaled by (width, depth); timm's names
+    SCALE = [(1.0, 1.0), (1.0, 1.1), (1.1, 1.2), (1.2, 1.4), (1.4, 1.8), (1.6, 2.2), (1.8, 2.6), (2.0, 3.1)]
+    B0 = [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+          (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]  # (expand, kernel, stride, out, layers)
+
+    def __init__(self, b, in_ch, num_classes, dropout):
+        super().__init__()
+        width, depth = self.SCALE[b]
+        ch, reps = (lambda c: make_divisible(c * width)), (lambda n: int(math.ceil(n * depth)))
+        total, block_id, cin = sum(reps(s[4]) for s in self.B0), 0, ch(32)
+        self.conv_stem, self.bn1 = conv(in_ch, cin, 3, 2), nn.BatchNorm2d(cin)
+        stages = []
+        for expand, k, stride, out, layers in self.B0:
+            blocks = []
+            for i in range(reps(layers)):
+                blocks.append(MBConv(cin, ch(out), expand, k, stride if i == 0 else 1, 0.2 * block_id / total))
+                block_id, cin = block_id + 1, ch(out)
+            stages.append(nn.Sequential(*blocks))
+        self.blocks = nn.Sequential(*stages)
+        features = ch(1280)
+        self.conv_head, self.bn2 = conv(cin, features, 1), nn.BatchNorm2d(features)
+        self.dropout, self.classifier = nn.Dropout(dropout), nn.Linear(features, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        r = 1 / math.sqrt(num_classes)
+        nn.init.uniform_(self.classifier.weight, -r, r)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, x):
+        x = nn.functional.silu(self.bn1(self.conv_stem(x)))
+        x = nn.functional.silu(self.bn2(self.conv_head(self.blocks(x))))
+        return self.classifier(self.dropout(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)))
+
+
 class TinyCnn(nn.Module):  # models/tiny_cnn.cpp
     def __init__(self, in_ch, num_classes, dropout):
         super().__init__()
@@ -421,7 +530,10 @@ def create_model(name, in_ch, num_classes, dropout, source):
     depth = name[6:-1] if name.endswith("d") else name[6:]
     if name.startswith("resnet") and depth.isdigit() and int(depth) in ResNet.LAYERS:
         return ResNet(int(depth), name.endswith("d"), in_ch, num_classes, dropout), "builtin"
-    fail(f"model '{name}' needs timm (pip install timm); built in: tiny_cnn, resnet18..152, resnet*d")
+    if re.fullmatch(r"efficientnet_b[0-7]", name):
+        return EfficientNet(int(name[-1]), in_ch, num_classes, dropout), "builtin"
+    fail(f"model '{name}' needs timm (pip install timm); built in: tiny_cnn, resnet18..152, resnet*d, "
+         "efficientnet_b0..b7")
 
 
 # ---------------------------------------------------------------- benchmark
@@ -570,6 +682,8 @@ def main():
     p.add_argument("--out")
     p.add_argument("--device", choices=["cpu", "cuda"])
     p.add_argument("--reduced-decode", action="store_true", help="decode JPEGs at 1/2, 1/4, 1/8 like ranzcr")
+    p.add_argument("--plain", action="store_true",
+                   help="a plain user script's pipeline: full-size cv2.imread, INTER_AREA resize, hflip only")
     p.add_argument("--model-source", choices=["auto", "timm", "torchvision", "builtin"], default="auto")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (torch.set_num_threads); 0: train.num_threads")
     p.add_argument("--compile", action="store_true", help="compute figure only, the model under torch.compile")
@@ -603,7 +717,9 @@ def main():
 
     paths, labels, names = load_table(d, seed)
     bs, workers, size = int(t["batch_size"]), int(d["num_workers"]), int(d["image_size"])
-    dataset = TrainDataset(paths, labels, d, args.reduced_decode)
+    if args.plain and (args.reduced_decode or args.compile):
+        fail("--plain is a pipeline of its own: not with --reduced-decode or --compile")
+    dataset = PlainDataset(paths, labels, d) if args.plain else TrainDataset(paths, labels, d, args.reduced_decode)
 
     def make_loader(epoch):
         return torch.utils.data.DataLoader(
@@ -654,10 +770,11 @@ def main():
         if cuda:
             torch.cuda.synchronize(device)
 
-    impl = "pytorch-compile" if args.compile else "pytorch"
+    impl = "pytorch-compile" if args.compile else "pytorch-plain" if args.plain else "pytorch"
+    decode = "plain" if args.plain else "reduced" if args.reduced_decode else "full"
     print(f"pytorch reference: {len(paths)} training images, {len(names)} labels, {mc['name']} ({source}"
           f"{', torch.compile' if args.compile else ''}), {device}, {precision}, "
-          f"decode {'reduced' if args.reduced_decode else 'full'}", flush=True)
+          f"decode {decode}", flush=True)
     loader_steps = args.loader_steps or args.steps
     loader_ips = e2e_ips = compile_seconds = None
     warmup = max(args.warmup, 2) if args.compile else args.warmup
@@ -721,13 +838,13 @@ def main():
         "loader_workers": workers, "world_size": 1, "steps": args.steps, "warmup": warmup,
         "loader_steps": None if args.compile else loader_steps, "torch_version": torch.__version__,
         "loader_images_per_sec": rounded(loader_ips), "compute_images_per_sec": rounded(compute_ips),
-        "e2e_images_per_sec": rounded(e2e_ips), "decode": "reduced" if args.reduced_decode else "full",
+        "e2e_images_per_sec": rounded(e2e_ips), "decode": decode,
         "model_source": source, "compile": args.compile, "compile_seconds": rounded(compile_seconds),
         "opencv_version": cv2.__version__, "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
         "versions": library_versions(cuda),
     }
     # The table of `ranzcr bench` (engine/jobs/bench.cpp bench_table), plus the reference's own settings.
-    print(f"bench ({'pytorch reference, torch.compile' if args.compile else 'pytorch reference'}): {mc['name']} {size} px, batch {bs} x 1 rank(s), {precision}"
+    print(f"bench (pytorch reference{', torch.compile' if args.compile else ', plain' if args.plain else ''}): {mc['name']} {size} px, batch {bs} x 1 rank(s), {precision}"
           f"{', channels_last' if channels_last else ''}, device {device}, {result['threads']} threads, {workers} "
           f"loader workers, {args.steps} steps after {warmup} warm-up; decode {result['decode']}, model from "
           f"{source}, torch {torch.__version__}")

@@ -20,18 +20,22 @@
 #   recipe       `ranzcr synth` of 2048-px JPEGs, then `ranzcr bench` of the recipe (configs/ranzcr.yaml:
 #                efficientnet_b3 at 512 px, CLAHE) with data.cache on (built at its start) and off (the
 #                decode path): e2e against compute, and the GPU's busy share in the e2e phase (nvidia-smi)
+#   cpu-bf16     training on the host's CPU (AMX or AVX-512 BF16 where lscpu lists them; no machine here has
+#                them): resnet18 at 256 px, batch 32, train.precision bf16 beside PyTorch's
+#                torch.autocast("cpu", torch.bfloat16), then the same pair in fp32 (compare.sh, 1 pair each);
+#                last, it gets what the 240 s leave (often nothing: `STEPS=cpu-bf16 ... --second` runs it alone)
 #
 # Each step gets its own limit or what is left of TOTAL_SECONDS, whichever is less; a step with under 20 s
 # left is skipped; each writes into OUT (default runs/device-check) as it runs, so a cut call still returns
 # what it measured. At most 8 files in OUT (what the device tool returns): summary.txt, host.txt, build.log,
-# bench-main.log, bench-pair.log (bench-more.log, recipe.log in the second call), profiles.md,
+# bench-main.log, bench-pair.log (bench-more.log, recipe.log, cpu-bf16.log in the second call), profiles.md,
 # profiles.json, ctest-gpu.log. The limits are estimates for an H100/H200 host with 16 cores (see each step's
 # comment); none was measured in this order yet.
 #   scripts/offline/device-check.sh --plan                 # the first call's steps and limits; no run
 #   OUT=$OUT scripts/offline/device-check.sh               # the first call
 #   OUT=$OUT scripts/offline/device-check.sh --second      # the second call, on the warm machine
 # A dry run of the control flow on a CPU machine (tiny sizes; the GPU-only parts say they are skipped):
-#   SKIP_BUILD=1 BIN=build/ranzcr BUILD_DIR=build STEPS="bench-main bench-pair tests bench-more recipe" \
+#   SKIP_BUILD=1 BIN=build/ranzcr BUILD_DIR=build STEPS="bench-main bench-pair tests bench-more recipe cpu-bf16" \
 #     PRECISION=fp32 MAIN_MODEL=resnet18 MAIN_SIZE=64 MAIN_BATCH=8 STEPS_PER_FIGURE=3 WARMUP=1 NO_COMPILE=1 \
 #     MORE_MODELS=tiny_cnn MORE_BATCH=8 NUM_IMAGES=40 IMAGE_SIZE=256 RECIPE_MODEL=tiny_cnn RECIPE_SIZE=64 \
 #     RECIPE_BATCH=8 GPU_TESTS=ChannelsLast.Recorder OUT=/tmp/dc scripts/offline/device-check.sh
@@ -60,7 +64,7 @@ for arg in "$@"; do
 done
 if [[ $call == second ]]; then
   SKIP_BUILD=${SKIP_BUILD:-1}
-  STEPS=${STEPS:-bench-more recipe}
+  STEPS=${STEPS:-bench-more recipe cpu-bf16}
   TOTAL_SECONDS=${TOTAL_SECONDS:-240}
 else
   STEPS=${STEPS:-build-ranzcr bench-main bench-pair build-tests tests}
@@ -80,6 +84,8 @@ declare -A LIMIT=(
   [bench-more]=${BENCH_MORE_SECONDS:-65}      # a model: a pair without compile; resnet200d's autotuning is longest
   [recipe-synth]=${SYNTH_SECONDS:-25}         # 300 images of 2048 px (800 took ~20 s on 16 cores)
   [recipe-bench]=${RECIPE_BENCH_SECONDS:-35}  # a bench: cache build or decode path, 20 steps
+  [cpu-bf16]=${CPU_BF16_SECONDS:-30}          # a CPU pair, 6 steps a figure: resnet18 at 256 px is ~10 images/s
+                                              # a core in fp32 (2 cores: 5); with AMX bf16 several times that
 )
 # The call's steps in order, one entry per limit taken (bench-more once per model, recipe's bench twice).
 plan_steps() {
@@ -89,6 +95,7 @@ plan_steps() {
     case $s in
       bench-more) for m in $MORE_MODELS; do echo "bench-more"; done ;;
       recipe) echo recipe-synth; echo recipe-bench; echo recipe-bench ;;
+      cpu-bf16) echo cpu-bf16; echo cpu-bf16 ;;
       *) echo "$s" ;;
     esac
   done
@@ -171,7 +178,8 @@ fi
 compare() {
   local log=$1 t=$2 dir=$3
   shift 3
-  RANZCR_BIN=$BIN PYTHON=$PY timeout "$t" scripts/bench/compare.sh "$@" --out-dir "$dir" >>"$log" 2>&1
+  # --no-plain: the plain reference's runs would cost device minutes the limits above do not hold
+  RANZCR_BIN=$BIN PYTHON=$PY timeout "$t" scripts/bench/compare.sh "$@" --no-plain --out-dir "$dir" >>"$log" 2>&1
   local rc=$?
   if [[ $rc != 0 ]]; then
     echo "=== compare.sh rc=$rc (124: cut at $t s); the table of the runs it finished:" >>"$log"
@@ -339,5 +347,20 @@ if wanted recipe; then
       --set train.precision="$PRECISION" --set data.num_workers="$WORKERS")
     recipe_bench cache-on on && recipe_bench cache-off off
   fi
+fi
+# cpu-bf16: the CPU's bf16 training beside PyTorch's CPU autocast, then fp32 for the ratio between them.
+if wanted cpu-bf16; then
+  flags=$(grep -m 1 '^flags' /proc/cpuinfo | grep -o -w -e amx_bf16 -e avx512_bf16 | tr '\n' ' ')
+  for p in bf16 fp32; do
+    t=$(limit cpu-bf16)
+    enough "cpu-bf16 $p" "$t" || continue
+    step "cpu-bf16: compare.sh on the CPU (${flags:-no AMX nor AVX-512 BF16}), resnet18 256 px batch 32 $p, 1 pair (limit $t s)"
+    echo "=== cpu $p (${flags:-no native bf16})" >>"$OUT/cpu-bf16.log"
+    compare "$OUT/cpu-bf16.log" "$t" "runs/device-cpu-$p" --config configs/quickstart.yaml --set train.device=cpu \
+      --set model.name=resnet18 --set data.image_size=256 --set train.batch_size=32 --set train.precision="$p" \
+      --set data.num_workers=2 ${BENCH_DATA:+--set data.root=$BENCH_DATA} --steps 6 --warmup 2 --repeats 1 --no-compile
+    step "cpu-bf16 $p rc=$?"
+    grep -E '^\| e2e' "runs/device-cpu-$p/compare.md" 2>/dev/null | while read -r l; do note "$p: $l"; done
+  done
 fi
 step "done"

@@ -1,5 +1,7 @@
 #include "data/image_pipeline.h"
 
+#include <sys/stat.h>
+
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -40,6 +42,28 @@ TEST(ImagePipeline, CorruptTruncatedAndMissingFilesAreErrors) {
     decode_grayscale(dir / "trunc.jpg", 32);
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
+// The file is read in one piece of its size: the pixels are those of cv::imread, and a name that is no
+// regular file (a folder reports a size of 2^63 - 1 to a stream) or an empty file is one clear error.
+TEST(ImagePipeline, FilesAreReadWholeAndFoldersOrEmptyFilesAreErrors) {
+  test::TempDir dir;
+  ASSERT_TRUE(cv::imwrite(dir / "a.png", gradient(123, 77)));
+  const cv::Mat read = decode_grayscale(dir / "a.png", 64);
+  const cv::Mat expected = cv::imread(dir / "a.png", cv::IMREAD_GRAYSCALE);
+  ASSERT_EQ(read.size(), expected.size());
+  EXPECT_EQ(cv::norm(read, expected, cv::NORM_INF), 0.0);
+  test::write_file(dir / "empty.jpg", "");
+  ASSERT_EQ(::mkdir((dir / "folder.jpg").c_str(), 0755), 0);
+  for (const auto& [name, says] : {std::pair<std::string, std::string>{"empty.jpg", "empty image file"},
+                                   {"folder.jpg", "cannot open image"}}) {
+    try {
+      decode_grayscale(dir / name, 32);
+      ADD_FAILURE() << name << " decoded";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -3,7 +3,8 @@
 # behind a python wrapper; python3's standard library only): a side whose profile fails after its figures
 # still counts and the comparison goes on; a side that fails outright is a warning, not the end; --append
 # numbers a second pair after the first, and the table counts both; the profile summary is made from the
-# traces (the hand-written one of tests/engine/jobs/kineto_trace/) with full kernel names and layouts.
+# traces (the hand-written one of tests/engine/jobs/kineto_trace/) with full kernel names and layouts; the plain
+# reference (pytorch_reference.py --plain) runs after the like-for-like one, on ranzcr's device and threads.
 # Exit 0: passed; 1: failed; 77: skipped (no python3).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -74,6 +75,9 @@ rc=$?
 check "the failure is a warning" "$tmp/err1" '^compare\.sh: warning: ranzcr bench exited 3 after writing its figures'
 check "the reference ran on ranzcr's device with its threads" "$tmp/reference-calls" '--device cuda --threads 16 .*--profile'
 check "one run of each side in the table" "$d/compare.md" 'ranzcr, 1 run \| pytorch, 1 run'
+check "the plain reference ran after it, on the same device and threads" "$tmp/reference-calls" \
+  '--device cuda --threads 16 --plain --out .*/pytorch-plain-1\.json$'
+check "the plain reference in the table" "$d/compare.md" 'pytorch plain, 1 run'
 check "compute ratio 80/100" "$d/compare.md" '^\| compute .*\| 80\.0 \| 100\.0 \| 0\.80x \|'
 check "the summary of both sides" "$d/profile-summary.md" '^## pytorch: 2 steps'
 check "the summary: full kernel names, layouts" "$d/profile-summary.md" '^\| 1 \| `[^`]{100,}` \| [0-9]+ \| .*NHWC'

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/bench/compare.sh --table-only on made-up run files: the medians and spreads of alternated runs, the
-# ratio of medians, the torch.compile column, the summaries ours.json / pytorch.json, the warnings on unlike
+# ratio of medians to both references (like for like, and the plain one), each side's share of its own
+# loader-plus-compute bound, the torch.compile column, the summaries ours.json / pytorch.json, the warnings on unlike
 # settings and libraries, the two profile tables side by side, an older folder with ours.json alone, and the
 # one-line errors. Runs nothing else (no ranzcr, no torch): python3's standard library only.
 # Exit 0: passed; 1: failed (the failing check is printed); 77: skipped (no python3).
@@ -46,6 +47,8 @@ run "$d" \
   "pytorch-1 implementation=pytorch,loader_images_per_sec=1400,compute_images_per_sec=900,e2e_images_per_sec=800,model_source=timm,decode=full" \
   "pytorch-2 implementation=pytorch,loader_images_per_sec=1500,compute_images_per_sec=880,e2e_images_per_sec=790,model_source=timm,decode=full" \
   "pytorch-3 implementation=pytorch,loader_images_per_sec=1450,compute_images_per_sec=920,e2e_images_per_sec=810,model_source=timm,decode=full" \
+  "pytorch-plain-1 implementation=pytorch-plain,loader_images_per_sec=3000,compute_images_per_sec=900,e2e_images_per_sec=600,model_source=timm,decode=plain" \
+  "pytorch-plain-2 implementation=pytorch-plain,loader_images_per_sec=3000,compute_images_per_sec=900,e2e_images_per_sec=650,model_source=timm,decode=plain" \
   "pytorch-compile-1 implementation=pytorch-compile,compute_images_per_sec=1000,loader_images_per_sec=null,e2e_images_per_sec=null,warmup=5,loader_steps=null,compile_seconds=60" \
   "pytorch-compile-2 implementation=pytorch-compile,compute_images_per_sec=1100,loader_images_per_sec=null,e2e_images_per_sec=null,warmup=5,loader_steps=null,compile_seconds=20"
 cat > "$d/profile-ranzcr/kernels.json" << 'EOF'
@@ -66,9 +69,14 @@ rc=$?
 [[ $rc == 0 ]] || { echo "FAILED: --table-only exit $rc"; cat "$tmp/err1"; failures=$((failures + 1)); }
 check "median and spread, ranzcr loader" "$d/compare.md" '^\| loader .*\| 1,950\.0 \(1,900\.0–2,000\.0\) \| 1,450\.0 \(1,400\.0–1,500\.0\) \| 1\.34x \|'
 check "compute: ratio of medians 750/900 and the compile column (median of 2 runs)" "$d/compare.md" \
-  '^\| compute .*\| 750\.0 \(700\.0–760\.0\) \| 900\.0 \(880\.0–920\.0\) \| 0\.83x \| 1,050\.0 \(1,000\.0–1,100\.0\) \|'
-check "e2e has no compile figure" "$d/compare.md" '^\| e2e .*\| 0\.93x \|  \|$'
-check "header counts the runs" "$d/compare.md" 'ranzcr, 3 runs \| pytorch, 3 runs .*\| pytorch compile, 2 runs \|'
+  '^\| compute .*\| 750\.0 \(700\.0–760\.0\) \| 900\.0 \(880\.0–920\.0\) \| 0\.83x \| 900\.0 \(900\.0–900\.0\) \| 0\.83x \| 1,050\.0 \(1,000\.0–1,100\.0\) \|'
+check "e2e: the plain reference's median (600, 650) and ratio; no compile figure" "$d/compare.md" \
+  '^\| e2e .*\| 0\.93x \| 625\.0 \(600\.0–650\.0\) \| 1\.18x \|  \|$'
+check "share of own bound: each run's e2e x (1/loader + 1/compute), median and spread" "$d/compare.md" \
+  '^\| share of own bound.* \| 1\.36 \(1\.34–1\.38\) \| 1\.44 \(1\.42–1\.46\) \| \| 0\.90 \(0\.87–0\.94\) \| \| \|$'
+check "header counts the runs" "$d/compare.md" 'ranzcr, 3 runs \| pytorch, 3 runs .*\| pytorch plain, 2 runs \| .*\| pytorch compile, 2 runs \|'
+check "the plain reference's settings" "$d/compare.md" '^- pytorch plain: resnet50, .*full-size cv2\.imread, INTER_AREA resize, hflip'
+check "summary pytorch-plain.json" "$d/pytorch-plain.json" '"e2e_images_per_sec": 625'
 check "ranzcr / compile line" "$d/compare.md" 'ranzcr / pytorch compile \(compute, medians\): 0\.71x.*first step \(compilation\) of each run: 60\.0, 20\.0 s'
 check "model source" "$d/compare.md" 'model from timm'
 check "versions listed" "$d/compare.md" '^- pytorch: torch 2\.11\.0\+cu130, cudnn 9\.19\.0, cublas 13\.0\.2, nccl 2\.28\.9$'
@@ -92,8 +100,9 @@ run "$d" \
 check "threads differ: bold warning" "$d/compare.md" '^\*\*Warning: ranzcr and pytorch differ in threads \(16 vs 1\)'
 check "libraries differ: bold warning" "$d/compare.md" '^\*\*Warning: the two processes loaded different libraries: cudnn 9\.19\.0 \(ranzcr\) vs 9\.10\.2 \(pytorch\), nccl 2\.28\.9 \(ranzcr\) vs none \(pytorch\)'
 check "warnings on stderr" "$tmp/err2" '^compare\.sh: warning: ranzcr and pytorch differ in threads'
-check "single runs: no spread shown" "$d/compare.md" '^\| compute .*\| 750\.0 \| 900\.0 \| 0\.83x \| - \|'
+check "single runs: no spread shown" "$d/compare.md" '^\| compute .*\| 750\.0 \| 900\.0 \| 0\.83x \| - \| - \| - \|'
 check "no compile runs: said so" "$d/compare.md" 'pytorch compile: not run'
+check "no plain runs: said so" "$d/compare.md" 'pytorch plain: not run'
 check_not "no profile table without profiles" "$tmp/out2" 'rank \| ranzcr kernel'
 
 # 3. An older folder: ours.json and pytorch.json alone (no versions, no per-run files); on a CPU the CUDA
@@ -125,7 +134,7 @@ mkdir -p "$tmp/empty"
 [[ $? != 0 && $(wc -l < "$tmp/err7") == 1 ]] && check "unknown argument: one line" "$tmp/err7" "^compare\.sh: unknown argument '--bogus'" ||
   { echo "FAILED: unknown argument"; cat "$tmp/err7"; failures=$((failures + 1)); }
 "$compare" --help > "$tmp/help"
-check "--help names the new options" "$tmp/help" '--repeats R.*--no-compile.*--profile'
+check "--help names the new options" "$tmp/help" '--repeats R.*--no-compile.*--no-plain.*--profile'
 
 if ((failures)); then
   echo "$failures check(s) failed"

@@ -6,6 +6,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <limits>
 
 #include "engine/runtime/cuda_support.h"
@@ -130,6 +131,18 @@ TEST(Precision, ResolvesPerDevice) {
   EXPECT_FALSE(resolve_channels_last(parse_setting<OnOffAuto>("c", "auto"), torch::kCPU));
   EXPECT_TRUE(resolve_channels_last(parse_setting<OnOffAuto>("c", "true"), torch::kCPU));
   EXPECT_THROW(parse_setting<OnOffAuto>("c", "yes"), std::runtime_error);
+}
+
+// bf16 on a CPU that would emulate it is a warning (it runs, slower than fp32); the CPU's answer is the
+// kernel's flags, asked here of /proc/cpuinfo by grep.
+TEST(Precision, Bf16OnACpuWithoutNativeBf16IsAWarning) {
+  const bool native = std::system("grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo") == 0;
+  EXPECT_EQ(cpu_has_native_bf16(), native);
+  const std::string w = cpu_bf16_warning(Precision::kBf16, torch::kCPU);
+  EXPECT_EQ(w.empty(), native) << w;
+  if (!native) EXPECT_NE(w.find("without AMX or AVX-512 BF16"), std::string::npos) << w;
+  EXPECT_EQ(cpu_bf16_warning(Precision::kFp32, torch::kCPU), "");
+  EXPECT_EQ(cpu_bf16_warning(Precision::kBf16, torch::Device(torch::kCUDA, 0)), "");
 }
 
 TEST(Autocast, Bf16InsideTheGuardFp32AfterIt) {
