@@ -103,8 +103,9 @@ double time_loader(const Setup& s, const Config& config, const BenchOptions& o, 
   const ThreadUsage usage;
   int64_t images = 0;
   for (int i = 0; i < loader_steps(o); ++i) images += loader.next()->images.size(0);
-  *cpu = usage.finish();
-  return images / watch.stop();
+  const double seconds = watch.stop();
+  *cpu = usage.finish();  // after the clock: finding the pools' threads takes some milliseconds
+  return images / seconds;
 }
 
 // One batch on the device, then the loader's threads stop: on a CPU they would take cores from the compute.
@@ -121,8 +122,9 @@ double time_compute(const DeviceBatch& batch, const BenchOptions& o, const std::
   watch.start();
   const ThreadUsage usage;
   for (int i = 0; i < o.steps; ++i) run();
+  const double seconds = watch.stop();
   if (cpu) *cpu = usage.finish();
-  return static_cast<double>(batch.size()) * o.steps / watch.stop();
+  return static_cast<double>(batch.size()) * o.steps / seconds;
 }
 
 // Whether every rank should profile: the main rank makes the --profile folder, and all learn whether it
@@ -214,8 +216,8 @@ E2e time_e2e(const Setup& s, const Config& config, const BenchOptions& o, TrainS
   for (int i = 0; i < o.steps; ++i) images += run();
   const double wait = ddp.sync_wait_seconds() - wait_before;
   LoaderQueueStats queue = loader.queue_stats();
-  SectionUsage cpu = usage.finish();
   const double seconds = watch.stop();
+  SectionUsage cpu = usage.finish();
   return E2e{images / seconds, wait / seconds, std::move(cpu), std::move(queue)};
 }
 

@@ -382,6 +382,38 @@ void expect_profile(const std::string& dir, const std::string& output) {
   EXPECT_NE(output.find(dir + "/kernels.md"), std::string::npos) << output;
 }
 
+// Where bench's CPU went: the loader figure ran on the loader's threads, the compute figure on the main
+// thread (and at most LibTorch's other OpenMP threads) with no loader thread left, e2e on both; the e2e queue
+// was sampled at every timed step, and its shares are shares.
+void expect_cpu_figures(const nlohmann::json& j, const std::string& output) {
+  EXPECT_NE(output.find("CPU, cores by thread group"), std::string::npos) << output;
+  EXPECT_NE(output.find("prefetch queue empty"), std::string::npos) << output;
+  const auto& cpu = j["cpu"];
+  const auto& loader = cpu["loader"]["groups"];
+  ASSERT_TRUE(loader.contains("loader")) << cpu.dump();
+  EXPECT_GE(loader["loader"]["threads"].get<int>(), 1)
+      << cpu.dump();  // a thread with no CPU in it is left out
+  EXPECT_LE(loader["loader"]["threads"].get<int>(), j["loader_workers"].get<int>()) << cpu.dump();
+  EXPECT_GT(loader["loader"]["cpu_s"].get<double>(), 0.0);
+  const auto& compute = cpu["compute"]["groups"];
+  EXPECT_FALSE(compute.contains("loader")) << cpu.dump();
+  EXPECT_GT(compute["main"]["cpu_s"].get<double>(), 0.0) << cpu.dump();
+  if (compute.contains("intra-op"))  // LibTorch's team, less the main thread (tiny ops may not use it)
+    EXPECT_LE(compute["intra-op"]["threads"].get<int>(), j["threads"].get<int>() - 1) << cpu.dump();
+  const auto& e2e = cpu["e2e"]["groups"];
+  EXPECT_TRUE(e2e.contains("loader") && e2e.contains("main")) << cpu.dump();
+  EXPECT_GT(cpu["e2e"]["wall_s"].get<double>(), 0.0);
+  EXPECT_GT(cpu["e2e"]["cores"].get<double>(), 0.0);
+  EXPECT_EQ(j["e2e_queue_depth_per_step"].size(), j["steps"].get<size_t>());
+  for (const auto& depth : j["e2e_queue_depth_per_step"]) EXPECT_GE(depth.get<int>(), 0);
+  for (const char* key : {"e2e_batch_wait_share", "e2e_queue_empty_share"}) {
+    EXPECT_GE(j[key].get<double>(), 0.0) << key;
+    EXPECT_LE(j[key].get<double>(), 1.0) << key;
+  }
+  EXPECT_GE(j["e2e_batch_wait_ms_per_step"].get<double>(), 0.0);
+  EXPECT_GE(j["e2e_queue_depth_mean"].get<double>(), 0.0);
+}
+
 // `bench` measures the three throughput figures, prints a table and writes the JSON contract; with
 // two ranks (self-launched, Gloo) the figures are the job's and the gradient-sync share is reported.
 TEST_F(CliTest, BenchWritesTheThreeFigures) {
@@ -413,6 +445,7 @@ TEST_F(CliTest, BenchWritesTheThreeFigures) {
     EXPECT_EQ(j["precision"], "fp32");
     EXPECT_EQ(j["world_size"], nproc);
     EXPECT_EQ(j.contains("sync_wait_share"), nproc > 1);
+    expect_cpu_figures(j, r.output);
     if (nproc > 1) {
       EXPECT_GT(j["sync_wait_share"].get<double>(), 0.0);
       EXPECT_LT(j["sync_wait_share"].get<double>(), 1.0);

@@ -1,7 +1,9 @@
 #include "data/batch_loader.h"
 #include "engine/runtime/device_batches.h"
 
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include "tests/test_util.h"
 
@@ -52,6 +54,37 @@ TEST_F(BatchLoaderTest, YieldsBatchesInOrderWithLabels) {
   }
   EXPECT_EQ(got, rows);
   EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2}));
+}
+
+// The queue's statistics (bench's loader-bound figures): a consumer slower than the loader finds the prefetch
+// window full at every later call and never waits long; the times add up to the wall time since the reset,
+// and a reset starts them afresh.
+TEST_F(BatchLoaderTest, QueueStatsSeeAFullWindowForASlowConsumer) {
+  const DatasetIndex idx = index();
+  std::vector<int64_t> rows;
+  for (int i = 0; i < 5; ++i)
+    for (int64_t r = 0; r < 10; ++r) rows.push_back(r);
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.num_workers = 2;
+  o.prefetch_batches = 3;
+  BatchLoader loader(idx, rows, transform(), 0, o);
+  loader.next();
+  loader.reset_queue_stats();
+  EXPECT_TRUE(loader.queue_stats().depth_at_next.empty());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // 2 images of 64 px take ~1 ms
+    ASSERT_TRUE(loader.next());
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const LoaderQueueStats q = loader.queue_stats();
+  EXPECT_EQ(q.depth_at_next, (std::vector<int>{3, 3, 3, 3}));
+  EXPECT_NEAR(q.seconds, wall, 0.05);
+  EXPECT_LT(q.wait_seconds, 0.05);
+  EXPECT_LT(q.empty_seconds, 0.05);
+  EXPECT_GT(q.depth_seconds / q.seconds, 2.0);
+  EXPECT_LE(q.depth_seconds / q.seconds, 3.0 + 1e-9);
 }
 
 TEST_F(BatchLoaderTest, CorruptImageIsAnErrorOrSkipped) {

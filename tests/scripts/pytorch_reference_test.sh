@@ -3,7 +3,8 @@
 # --threads is applied and recorded, the JSON has "versions" with the four keys, and --profile writes
 # trace.json (with "Input Dims"), kernels.json in the schema ranzcr bench --profile writes (no ProfilerStep# or
 # Optimizer.* rows), kernels.md, summary.json and summary.md (kineto_trace.py). A profile that cannot be written
-# (DIR under a file) costs nothing: exit 0, the figures written, one line on stderr.
+# (DIR under a file) costs nothing: exit 0, the figures written, one line on stderr. --plain (the plain user
+# pipeline) names itself in the JSON, and refuses --reduced-decode in one line.
 # Needs a python ($PYTHON, default .venv/bin/python, else python3) with torch, numpy, cv2 and yaml.
 # Exit 0: passed; 1: failed; 77: skipped (no such python). About 20 s on 2 cores.
 set -uo pipefail
@@ -42,6 +43,11 @@ fi
 "$py" scripts/bench/pytorch_reference.py "${tiny[@]}" --steps 1 --warmup 1 --out "$tmp/ref2.json" \
   --profile "$tmp/ref.json/prof" > "$tmp/log2" 2> "$tmp/err2"
 echo $? > "$tmp/rc2"
+# The plain pipeline (--plain): its own implementation and decode names; with --reduced-decode, one error line.
+"$py" scripts/bench/pytorch_reference.py "${tiny[@]}" --steps 1 --warmup 1 --plain --out "$tmp/plain.json" > "$tmp/log3" 2>&1
+echo $? > "$tmp/rc3"
+"$py" scripts/bench/pytorch_reference.py "${tiny[@]}" --steps 1 --plain --reduced-decode > /dev/null 2> "$tmp/err4"
+echo $? > "$tmp/rc4"
 "$py" - "$tmp" << 'EOF'
 import json, sys
 tmp = sys.argv[1]
@@ -92,6 +98,13 @@ err = open(f"{tmp}/err2").read().strip().splitlines()
 check("a failed profile: exit 0, the figures written, one line on stderr (" + " / ".join(err) + ")",
       open(f"{tmp}/rc2").read().strip() == "0" and json.load(open(f"{tmp}/ref2.json"))["compute_images_per_sec"] > 0
       and len(err) == 1 and err[0].startswith("pytorch reference: profile failed: ") and err[0].endswith(" stand)"))
+p = json.load(open(f"{tmp}/plain.json")) if open(f"{tmp}/rc3").read().strip() == "0" else {}
+check("--plain: implementation pytorch-plain, decode plain, the three figures",
+      p.get("implementation") == "pytorch-plain" and p.get("decode") == "plain" and all(
+          (p.get(k) or 0) > 0 for k in ("loader_images_per_sec", "compute_images_per_sec", "e2e_images_per_sec")))
+err4 = open(f"{tmp}/err4").read().strip().splitlines()
+check("--plain with --reduced-decode: one error line", open(f"{tmp}/rc4").read().strip() != "0" and len(err4) == 1
+      and "--plain" in err4[0])
 sys.exit(1 if fails else 0)
 EOF
 rc=$?
