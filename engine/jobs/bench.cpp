@@ -391,6 +391,18 @@ BenchResult run_infer_bench(const Config& config, Collectives& collectives, cons
 
 namespace {
 
+// The e2e queue's figures, per step and as shares of its time (the JSON's and the table's).
+struct QueueFigures {
+  double wait_ms_per_step, wait_share, empty_share, depth_mean;
+};
+
+QueueFigures queue_figures(const LoaderQueueStats& q) {
+  const double wall = std::max(q.seconds, 1e-9);
+  const size_t steps = std::max<size_t>(q.depth_at_next.size(), 1);
+  return {1e3 * q.wait_seconds / steps, q.wait_seconds / wall, q.empty_seconds / wall,
+          q.depth_seconds / wall};
+}
+
 nlohmann::json section_json(const SectionUsage& u) {
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& g : u.groups) {
@@ -407,14 +419,12 @@ void add_cpu_json(const BenchResult& r, nlohmann::json& j) {
   j["cpu"] = {{"loader", section_json(r.loader_cpu)},
               {"compute", section_json(r.compute_cpu)},
               {"e2e", section_json(r.e2e_cpu)}};
-  const LoaderQueueStats& q = r.e2e_queue;
-  const double wall = std::max(q.seconds, 1e-9);
-  const size_t steps = std::max<size_t>(q.depth_at_next.size(), 1);
-  j["e2e_batch_wait_ms_per_step"] = 1e3 * q.wait_seconds / steps;
-  j["e2e_batch_wait_share"] = q.wait_seconds / wall;
-  j["e2e_queue_empty_share"] = q.empty_seconds / wall;
-  j["e2e_queue_depth_mean"] = q.depth_seconds / wall;
-  j["e2e_queue_depth_per_step"] = q.depth_at_next;
+  const QueueFigures f = queue_figures(r.e2e_queue);
+  j["e2e_batch_wait_ms_per_step"] = f.wait_ms_per_step;
+  j["e2e_batch_wait_share"] = f.wait_share;
+  j["e2e_queue_empty_share"] = f.empty_share;
+  j["e2e_queue_depth_mean"] = f.depth_mean;
+  j["e2e_queue_depth_per_step"] = r.e2e_queue.depth_at_next;
 }
 
 }  // namespace
@@ -477,13 +487,10 @@ std::string cpu_lines(const BenchResult& r) {
      << "    loader   " << usage_line(r.loader_cpu) << "\n"
      << "    compute  " << usage_line(r.compute_cpu) << "\n"
      << "    e2e      " << usage_line(r.e2e_cpu) << "\n";
-  const LoaderQueueStats& q = r.e2e_queue;
-  const double wall = std::max(q.seconds, 1e-9);
-  const size_t steps = std::max<size_t>(q.depth_at_next.size(), 1);
-  ss << std::fixed << std::setprecision(1) << "  e2e batch wait " << 1e3 * q.wait_seconds / steps
-     << " ms per step (" << 100.0 * q.wait_seconds / wall << "% of the time); prefetch queue empty "
-     << 100.0 * q.empty_seconds / wall << "% of the time, " << q.depth_seconds / wall
-     << " batches ready on average\n";
+  const QueueFigures f = queue_figures(r.e2e_queue);
+  ss << std::fixed << std::setprecision(1) << "  e2e batch wait " << f.wait_ms_per_step << " ms per step ("
+     << 100.0 * f.wait_share << "% of the time); prefetch queue empty " << 100.0 * f.empty_share
+     << "% of the time, " << f.depth_mean << " batches ready on average\n";
   return ss.str();
 }
 
