@@ -2,10 +2,10 @@
 #include "apps/commands.h"
 
 #include "apps/hub_weights.h"
-#include "apps/mlflow_env.h"
+#include "apps/trackers.h"
 #include "core/check.h"
 
-#include "hub/http.h"
+#include "net/http.h"
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
@@ -38,6 +38,7 @@
 #include "engine/jobs/cross_validation.h"
 #include "engine/report/curves.h"
 #include "engine/report/eval_outputs.h"
+#include "engine/report/tracked_run.h"
 #include "engine/runtime/precision.h"
 #include "onnx/onnx_export.h"
 #ifdef RANZCR_WITH_SERVE
@@ -107,67 +108,32 @@ EvalPredictions eval_predictions(const EnsembleResult& r) {
   return p;
 }
 
-// The folder whose MLflow spool evaluate uses: the checkpoint's run folder (<run>/checkpoints/x.pt), else the
-// current one.
-std::string run_folder_of(const std::string& checkpoint) {
-  const std::filesystem::path dir = std::filesystem::path(checkpoint).parent_path();
-  if (dir.filename() == run_folder::kCheckpoints) return dir.parent_path().string();
-  return ".";
-}
-
-// evaluate's figures (eval_auc_mean, eval_auc/<label>, eval_loss, ...) and files into an MLflow run:
-// --mlflow-run's, else the one model's own run when its config tracks (output.mlflow). A failure is an
-// error with --mlflow-run, a warning without (evaluate's own files are written either way).
-void track_evaluation(const EvalArgs& args, const Config& c, const std::vector<std::string>& paths,
-                      const EvalReport& report, RunLog& log) {
-  std::string run_id = args.mlflow_run;
-  int64_t epoch = 0;
-  try {
-    const CheckpointMeta meta = read_checkpoint_meta(paths.front());
-    epoch = meta.epoch;
-    if (run_id.empty() && paths.size() == 1 && !c.output.mlflow.empty()) run_id = meta.mlflow_run_id;
-  } catch (const std::exception&) {  // an exported .safetensors file: no meta
-  }
-  if (run_id.empty()) return;
-  try {
-    const MlflowSetup setup = c.output.mlflow.empty() ? mlflow_setup_for("") : *mlflow_setup(c);
-    RANZCR_CHECK(!setup.server.uri.empty(), "--mlflow-run ", run_id,
-                 " needs a tracking server: output.mlflow in the config, or MLFLOW_TRACKING_URI");
-    const auto run = MlflowRun::attach(setup, run_id, run_folder_of(paths.front()), log);
-    std::vector<std::pair<std::string, double>> metrics;
-    for (const auto& [key, value] : metrics_of_json_line(report.json))
-      metrics.emplace_back("eval_" + key, value);
-    run->log_metrics(metrics, epoch);
-    for (const auto& file : report.files) run->log_artifact(file, "evaluate");
-    run->finish(std::nullopt);
-  } catch (const std::runtime_error& e) {
-    if (!args.mlflow_run.empty()) throw;
-    log.warn(std::string("evaluate: not logged to the model's MLflow run: ") + e.what());
-  }
-}
-
-// cv's MLflow run: the parent of the folds' runs (tag mlflow.parentRunId), continued from the cv folder's
-// record, with the out-of-fold figures (oof_auc_mean, oof_auc/<label>, ...) and files at the end.
-std::unique_ptr<MlflowRun> open_cv_run(const Config& c, const MlflowSetup& setup, Collectives& collectives,
-                                       const torch::Device& device, RunLog& log) {
-  MlflowStart start;
+// cv's trackers' run: the parent of the folds' runs, continued from the cv folder's record, with the
+// out-of-fold figures (oof_auc_mean, oof_auc/<label>, ...) and files at the end.
+std::unique_ptr<TrackedRun> open_cv_run(const Config& c, const tracking::TrackerFactory& trackers,
+                                        Collectives& collectives, const torch::Device& device) {
+  auto run = std::make_unique<TrackedRun>(trackers("cv"));
+  if (run->empty()) return nullptr;
+  tracking::RunStart start;
+  start.command = "cv";
   start.run_dir = c.output.dir;
   start.continue_folder_run = c.train.resume == ResumeSetting::kAuto;
-  start.command = "cv";
+  start.params = config_params(c);
   start.tags = {{"ranzcr.device", device.str()},
                 {"ranzcr.world_size", std::to_string(collectives.world_size())},
                 {"ranzcr.model", c.model.name}};
-  return MlflowRun::open(c, setup, start, log);
+  run->open(start, {}, {});
+  return run->empty() ? nullptr : std::move(run);
 }
 
-void end_cv_run(MlflowRun& run, const Config& c) {
+void end_cv_run(TrackedRun& run, const Config& c) {
   const std::string report = run_folder::cv_report_file(c.output.dir);
   std::ifstream in(report);
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::pair<std::string, double>> metrics;
-  for (const auto& [key, value] : metrics_of_json_line(json))
-    metrics.emplace_back(key.rfind("auc", 0) == 0 ? "oof_" + key : key, value);
-  run.log_metrics(metrics, c.data.folds);
+  std::vector<tracking::Figure> figures;
+  for (const auto& [key, value] : figures_of_json_line(json))
+    figures.push_back({key.rfind("auc", 0) == 0 ? "oof_" + key : key, value});
+  run.log_figures(figures, c.data.folds);
   run.log_artifact(run_folder::config_file(c.output.dir));
   run.log_artifact(report);
   run.log_artifact(run_folder::out_of_fold_file(c.output.dir));
@@ -186,8 +152,7 @@ int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
 
 int run_train(const TrainArgs& args) {
   Config config = job_config(args.config, args.sets, args.nproc_per_node);
-  default_mlflow_experiment(config, args.config);
-  const std::optional<MlflowSetup> mlflow = mlflow_setup(config);
+  const TrackingSetup tracking = tracking_setup(config, args.config);
   if (!args.resume.empty()) {
     read_checkpoint_meta(args.resume);                // fail early on a bad file
     config = pin_pretrained_to(config, args.resume);  // its run's Hub weights, not main's newest
@@ -198,7 +163,7 @@ int run_train(const TrainArgs& args) {
                    options.resume_path = args.resume;
                    options.device = device;
                    options.stop_signal = &stop_signal();
-                   if (mlflow) options.mlflow = &*mlflow;
+                   options.trackers = tracker_factory(tracking, log);
                    return finish(train(c, collectives, log, options), c, log);
                  });
 }
@@ -256,7 +221,7 @@ int run_evaluate(const EvalArgs& args) {
     const EvalReport report =
         report_evaluation(paths, data, eval_predictions(r),
                           EvalReportOptions{args.out, args.bootstrap, static_cast<uint64_t>(c.seed)}, log);
-    track_evaluation(args, c, paths, report, log);
+    track_evaluation(args.tracker_run, c, paths, report, log);
     return 0;
   };
   return run_job(config, args.argv, body, /*needs_dataset=*/args.csv.empty());
@@ -393,20 +358,16 @@ int run_cv(const CvArgs& args) {
   Config config = job_config(args.config, args.sets, args.nproc_per_node);
   RANZCR_CHECK(config.data.folds >= 2, "cv needs data.folds >= 2 (it is ", config.data.folds,
                "): set it in the config or with --set data.folds=5");
-  default_mlflow_experiment(config, args.config);
-  const std::optional<MlflowSetup> mlflow = mlflow_setup(config);
-  auto body = [&mlflow](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
+  const TrackingSetup tracking = tracking_setup(config, args.config);
+  auto body = [&tracking](const Config& c, Collectives& collectives, RunLog& log,
+                          const torch::Device& device) {
     TrainOptions options;
     options.device = device;
     options.stop_signal = &stop_signal();
-    std::unique_ptr<MlflowRun> parent;  // main rank: the cv run, the folds' runs its children
-    MlflowSetup folds;
-    if (mlflow && collectives.is_main()) parent = open_cv_run(c, *mlflow, collectives, device, log);
-    if (parent) {
-      folds = *mlflow;
-      folds.parent_run_id = parent->run_id();
-      options.mlflow = &folds;
-    }
+    options.trackers = tracker_factory(tracking, log);
+    std::unique_ptr<TrackedRun> parent;  // main rank: the cv run, the folds' runs its children
+    if (collectives.is_main()) parent = open_cv_run(c, options.trackers, collectives, device);
+    if (parent) options.parent_run_ids = parent->run_ids({});
     if (const int sig = train_folds(c, collectives, log, options)) {
       if (parent) parent->finish(tracking::RunStatus::kKilled);
       return 128 + sig;
@@ -512,7 +473,7 @@ std::string version_text() {
   const std::string nccl = nccl_version();
   v << "\nOpenCV " << CV_VERSION << "\nJPEG decoder " << jpeg_decoder_text();
   v << "\nNCCL " << (nccl.empty() ? "not built in" : nccl);
-  const std::string http = hub::http_client_version();
+  const std::string http = net::http_client_version();
   const std::string onnx = onnx_library_version();
   v << "\nONNX export " << (onnx.empty() ? "not built in (Debian's libonnx-dev)" : "ONNX " + onnx);
   const std::string ov = openvino_version();

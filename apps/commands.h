@@ -32,7 +32,8 @@ struct EvalArgs {
   std::string cam_dir;        // predict --cam: Grad-CAM overlays here ("" = none)
   std::vector<std::string> cam_labels{"top1"};  // --cam-labels: all, top1 or label names
   std::string nproc_per_node;                   // --nproc-per-node ("" = 1 process)
-  std::string mlflow_run;  // evaluate --mlflow-run: add the figures to this MLflow run ("" = the model's own)
+  std::string
+      tracker_run;  // evaluate: add the figures to this tracker run ("" = the model's own; apps/trackers.h)
   std::vector<std::string> argv;  // the command line after the program name (re-used by workers)
 };
 

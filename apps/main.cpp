@@ -11,7 +11,7 @@
 
 #include "apps/commands.h"
 #include "apps/hub_weights.h"
-#include "apps/mlflow_env.h"
+#include "apps/trackers.h"
 #include "core/text.h"
 #include "engine/io/run_folder.h"
 
@@ -45,7 +45,7 @@ struct Commands {
     std::vector<std::string> names;
     bool all = false;
   } fetch;
-  std::string mlflow_sync_dir;
+  std::string tracker_sync_dir;
   std::vector<std::pair<CLI::App*, std::function<int()>>> runs;
 
   void add(CLI::App* sub, std::function<int()> run) { runs.emplace_back(sub, std::move(run)); }
@@ -88,9 +88,7 @@ void add_evaluate_predict(CLI::App& app, Commands& c) {
                 "Write metrics JSON here, and beside it roc.png, pr.png and operating_points.csv");
   e->add_option("--bootstrap", c.eval.bootstrap, "Resamples for the AUC's 95% confidence interval (0 = none)")
       ->check(CLI::Range(0, 1000000));
-  e->add_option("--mlflow-run", c.eval.mlflow_run,
-                "Add the figures and files to this MLflow run (default: the checkpoint's own run when its "
-                "config has output.mlflow; the server: output.mlflow or MLFLOW_TRACKING_URI)");
+  ranzcr::add_evaluate_tracker_option(*e, c.eval.tracker_run);
   c.add(e, [&c] { return ranzcr::run_evaluate(c.eval); });
 
   auto* p = app.add_subcommand("predict", "Write a Kaggle submission CSV of probabilities");
@@ -231,11 +229,8 @@ void add_tools(CLI::App& app, Commands& c) {
   f->add_flag("--all", c.fetch.all, "Every zoo model that timm has weights for");
   c.add(f, [&c] { return ranzcr::fetch_weights(c.fetch.names, c.fetch.all); });
 
-  auto* ms =
-      app.add_subcommand("mlflow-sync", std::string("Send a run folder's spooled MLflow requests (") +
-                                            ranzcr::run_folder::kMlflowSpool + ") to its tracking server");
-  ms->add_option("RUN_DIR", c.mlflow_sync_dir, "Run folder (output.dir) or cv folder")->required();
-  c.add(ms, [&c] { return ranzcr::run_mlflow_sync(c.mlflow_sync_dir); });
+  auto* sync = ranzcr::add_tracker_sync_command(app, c.tracker_sync_dir);
+  c.add(sync, [&c] { return ranzcr::run_tracker_sync(c.tracker_sync_dir); });
 }
 
 }  // namespace

@@ -9,12 +9,20 @@
 #include <thread>
 
 #include "core/digits.h"
-#include "hub/http.h"
 #include "hub/hub_cache.h"
+#include "net/http.h"
 
 namespace fs = std::filesystem;
 
 namespace ranzcr::hub {
+
+using net::ByteProgress;
+using net::file_sha256;
+using net::http_get_to_file;
+using net::http_head;
+using net::HttpError;
+using net::HttpOptions;
+using net::HttpResponse;
 
 namespace {
 

@@ -98,98 +98,55 @@ if [ -z "${Torch_DIR:-}" ]; then
 fi
 [ -f "$Torch_DIR/TorchConfig.cmake" ] || { echo "error: no TorchConfig.cmake in Torch_DIR=$Torch_DIR" >&2; exit 1; }
 
-# 2b. TensorBoard and timm in the project venv, for the test that reads the training's event files with
-#     TensorBoard's own reader and the one that compares our logits with timm's (each skipped without it).
-#     Neither pulls a torch: the venv's torch stays as it is. Optional: a failed or forbidden install is a
-#     note, not an error.
-if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import tensorboard' >/dev/null 2>&1; then
-  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
-    say "no tensorboard in .venv (RANZCR_OFFLINE=1 forbids pip): the TensorBoard reader test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q "${TENSORBOARD_PIP_SPEC:-tensorboard}" > "$ROOT/.venv/pip-tensorboard.log" 2>&1; then
-    reference_missing "pip install tensorboard failed (.venv/pip-tensorboard.log)" "the TensorBoard reader test will be skipped"
-  fi
-fi
-# timm's model code (pure Python), for the test that compares our logits with timm's
-# (tests/models/timm_parity_test.cpp, scripts/timm/parity.py). --no-deps: timm's requirements would pull
-# torchvision and another torch; the script stubs the packages timm imports but needs no model from.
-if [ -x "$ROOT/.venv/bin/python" ] &&
-  ! "$ROOT/.venv/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("timm") is None)' >/dev/null 2>&1; then
-  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
-    say "no timm in .venv (RANZCR_OFFLINE=1 forbids pip): the timm parity test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${TIMM_PIP_SPEC:-timm==1.0.31}" > "$ROOT/.venv/pip-timm.log" 2>&1; then
-    reference_missing "pip install timm failed (.venv/pip-timm.log)" "the timm parity test will be skipped"
-  fi
-fi
-
-# OpenCV's Python package, for the PyTorch side of the benchmarks (scripts/bench/pytorch_reference.py, which
-# decodes like a typical Python pipeline) and its test (tests/scripts/pytorch_reference_test.sh). --no-deps:
-# numpy is already there (the tensorboard above brings it).
-if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import cv2' >/dev/null 2>&1; then
-  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
-    say "no cv2 in .venv (RANZCR_OFFLINE=1 forbids pip): the PyTorch reference's test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q --no-deps "${OPENCV_PIP_SPEC:-opencv-python-headless==5.0.0.93}" > "$ROOT/.venv/pip-opencv.log" 2>&1; then
-    reference_missing "pip install opencv-python-headless failed (.venv/pip-opencv.log)" "the PyTorch reference's test will be skipped"
-  fi
-fi
-
-# Selenium, for the test that drives serve's web page in Chromium (tests/apps/serve_page_check.py; skipped
-# without it or without Debian's chromium and chromium-driver). Pure Python, no torch.
-if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import selenium' >/dev/null 2>&1; then
-  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
-    say "no selenium in .venv (RANZCR_OFFLINE=1 forbids pip): the serve page's browser test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q "${SELENIUM_PIP_SPEC:-selenium==4.51.0}" > "$ROOT/.venv/pip-selenium.log" 2>&1; then
-    reference_missing "pip install selenium failed (.venv/pip-selenium.log)" "the serve page's browser test will be skipped"
-  fi
-fi
-
-# tritonclient[http], the Open Inference Protocol's client from Triton, for the test that calls serve's /v2
-# endpoints with it (tests/apps/serve_triton_check.py; skipped without, a failure under CI=true). No torch.
-if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import tritonclient.http' >/dev/null 2>&1; then
-  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
-    say "no tritonclient in .venv (RANZCR_OFFLINE=1 forbids pip): the Open Inference Protocol client test will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q "${TRITON_PIP_SPEC:-tritonclient[http]==2.73.0}" > "$ROOT/.venv/pip-triton.log" 2>&1; then
-    reference_missing "pip install tritonclient[http] failed (.venv/pip-triton.log)" "the Open Inference Protocol client test will be skipped"
-  fi
-fi
-
-# The real huggingface_hub client and safetensors, for the tests that share the Hugging Face cache with
-# Python in both directions and serve timm's own save_for_hf output (tests/apps/pretrained_hub_test.cpp);
-# skipped without. Neither pulls a torch.
-if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import huggingface_hub, safetensors' >/dev/null 2>&1; then
-  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
-    say "no huggingface_hub/safetensors in .venv (RANZCR_OFFLINE=1 forbids pip): the Hub cache interop tests will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q ${HUB_PIP_SPECS:-huggingface_hub==2.4.0 safetensors==0.8.0} \
-    > "$ROOT/.venv/pip-hub.log" 2>&1; then
-    reference_missing "pip install huggingface_hub/safetensors failed (.venv/pip-hub.log)" "the Hub cache interop tests will be skipped"
-  fi
-fi
-
-# pydicom with its decoder plug-ins and scikit-learn, for the tests that check our DICOM decoding against
-# pydicom's (tests/dicom/decode_test.cpp) and our ROC figures against scikit-learn's
-# (tests/engine/report/roc_test.cpp); each skipped without. They pull numpy/scipy wheels, not a torch.
-if [ -x "$ROOT/.venv/bin/python" ] &&
-  ! "$ROOT/.venv/bin/python" -c 'import pydicom, pylibjpeg, openjpeg, libjpeg, rle, sklearn' >/dev/null 2>&1; then
-  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
-    say "no pydicom/scikit-learn in .venv (RANZCR_OFFLINE=1 forbids pip): the pydicom and scikit-learn comparisons will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q ${REFERENCE_PIP_SPECS:-pydicom==3.0.2 pylibjpeg==2.1.0 pylibjpeg-libjpeg==2.5.0 pylibjpeg-openjpeg==2.6.0 pylibjpeg-rle==2.2.0 scikit-learn==1.9.1} \
-    > "$ROOT/.venv/pip-reference.log" 2>&1; then
-    reference_missing "pip install pydicom/scikit-learn failed (.venv/pip-reference.log)" "those comparisons will be skipped"
-  fi
-fi
-
-# optional_pip IMPORTS LOG WHAT_IS_SKIPPED SPEC...: pip-installs SPEC into .venv unless `import IMPORTS` works
-# there already; a failed or forbidden install is a note (an error under CI=true: reference_missing).
+# 2b. Python packages in the project venv that tests and benchmarks compare with. None pulls a torch: the
+#     venv's torch stays as it is. Optional: a failed or forbidden install is a note (an error under CI=true,
+#     where every reference must be there), and the tests that need one are skipped without it.
+# optional_pip IMPORTS LOG WHAT_IS_SKIPPED SPEC...: pip-installs SPEC (pip's arguments) into .venv unless
+# `import IMPORTS` works there already; IMPORTS "find:NAME": unless package NAME is installed (one that cannot
+# be imported alone).
 optional_pip() {
-  local imports=$1 log=$2 skipped=$3
+  local imports=$1 log=$2 skipped=$3 check
   shift 3
   [ -x "$ROOT/.venv/bin/python" ] || return 0
-  "$ROOT/.venv/bin/python" -c "import $imports" >/dev/null 2>&1 && return 0
+  check="import $imports"
+  [[ "$imports" == find:* ]] &&
+    check="import importlib.util, sys; sys.exit(importlib.util.find_spec('${imports#find:}') is None)"
+  "$ROOT/.venv/bin/python" -c "$check" >/dev/null 2>&1 && return 0
   if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
-    say "no $imports in .venv (RANZCR_OFFLINE=1 forbids pip): $skipped"
+    say "no ${imports#find:} in .venv (RANZCR_OFFLINE=1 forbids pip): $skipped"
   elif ! "$ROOT/.venv/bin/pip" install -q "$@" > "$ROOT/.venv/$log" 2>&1; then
     reference_missing "pip install $* failed (.venv/$log)" "$skipped"
   fi
 }
+# TensorBoard: the test that reads the training's event files with TensorBoard's own reader.
+optional_pip tensorboard pip-tensorboard.log "the TensorBoard reader test will be skipped" \
+  "${TENSORBOARD_PIP_SPEC:-tensorboard}"
+# timm's model code (pure Python): the test that compares our logits with timm's
+# (tests/models/timm_parity_test.cpp, scripts/timm/parity.py). --no-deps: timm's requirements would pull
+# torchvision and another torch; the script stubs the packages timm imports but needs no model from.
+optional_pip find:timm pip-timm.log "the timm parity test will be skipped" --no-deps "${TIMM_PIP_SPEC:-timm==1.0.31}"
+# OpenCV's Python package: the PyTorch side of the benchmarks (scripts/bench/pytorch_reference.py, which
+# decodes like a typical Python pipeline) and its test (tests/scripts/pytorch_reference_test.sh). --no-deps:
+# numpy is already there (the tensorboard above brings it).
+optional_pip cv2 pip-opencv.log "the PyTorch reference's test will be skipped" \
+  --no-deps "${OPENCV_PIP_SPEC:-opencv-python-headless==5.0.0.93}"
+# Selenium: the test that drives serve's web page in Chromium (tests/apps/serve_page_check.py; skipped
+# without it or without Debian's chromium and chromium-driver). Pure Python.
+optional_pip selenium pip-selenium.log "the serve page's browser test will be skipped" \
+  "${SELENIUM_PIP_SPEC:-selenium==4.51.0}"
+# tritonclient[http], the Open Inference Protocol's client from Triton: the test that calls serve's /v2
+# endpoints with it (tests/apps/serve_triton_check.py).
+optional_pip tritonclient.http pip-triton.log "the Open Inference Protocol client test will be skipped" \
+  "${TRITON_PIP_SPEC:-tritonclient[http]==2.73.0}"
+# The real huggingface_hub client and safetensors: the tests that share the Hugging Face cache with Python in
+# both directions and serve timm's own save_for_hf output (tests/apps/pretrained_hub_test.cpp).
+optional_pip "huggingface_hub, safetensors" pip-hub.log "the Hub cache interop tests will be skipped" \
+  ${HUB_PIP_SPECS:-huggingface_hub==2.4.0 safetensors==0.8.0}
+# pydicom with its decoder plug-ins, and scikit-learn: the tests that check our DICOM decoding against
+# pydicom's (tests/dicom/decode_test.cpp) and our ROC figures against scikit-learn's. They pull numpy/scipy
+# wheels.
+optional_pip "pydicom, pylibjpeg, openjpeg, libjpeg, rle, sklearn" pip-reference.log "those comparisons will be skipped" \
+  ${REFERENCE_PIP_SPECS:-pydicom==3.0.2 pylibjpeg==2.1.0 pylibjpeg-libjpeg==2.5.0 pylibjpeg-openjpeg==2.6.0 pylibjpeg-rle==2.2.0 scikit-learn==1.9.1}
 # OpenVINO: the wheel carries its C++ SDK (headers, libopenvino.so, OpenVINOConfig.cmake), which CMake finds
 # beside torch in .venv's site-packages; without it LibTorch runs inference on the CPU. ONNX's and ONNX
 # Runtime's Python packages: the references the exported graphs are checked against (tests/onnx/).
@@ -197,18 +154,11 @@ optional_pip openvino pip-openvino.log "the build runs inference with LibTorch o
   "${OPENVINO_PIP_SPEC:-openvino==2026.4.1}"
 optional_pip "onnx, onnxruntime" pip-onnx.log "the ONNX export's reference checks will be skipped" \
   ${ONNX_PIP_SPECS:-onnx==1.23.2 onnxruntime==1.32.0}
-
-# MLflow (server and Python client), for the tests that log runs to a real tracking server and read them back
+# MLflow (server and Python client): the tests that log runs to a real tracking server and read them back
 # with MLflow's own client, and the UI's charts in Chromium (tests/apps/mlflow_cli_test.cpp,
-# tests/tracking/mlflow_test.cpp); skipped without, a failure under CI=true. It pulls Flask, SQLAlchemy,
-# pandas and pyarrow wheels, not a torch (3.18.0 lacks its mlflow-skinny on PyPI; 3.17.2 is pinned).
-if [ -x "$ROOT/.venv/bin/python" ] && ! "$ROOT/.venv/bin/python" -c 'import mlflow' >/dev/null 2>&1; then
-  if [ "${RANZCR_OFFLINE:-0}" = 1 ]; then
-    say "no mlflow in .venv (RANZCR_OFFLINE=1 forbids pip): the MLflow tracking tests will be skipped"
-  elif ! "$ROOT/.venv/bin/pip" install -q "${MLFLOW_PIP_SPEC:-mlflow==3.17.2}" > "$ROOT/.venv/pip-mlflow.log" 2>&1; then
-    reference_missing "pip install mlflow failed (.venv/pip-mlflow.log)" "the MLflow tracking tests will be skipped"
-  fi
-fi
+# tests/tracking/mlflow_test.cpp). It pulls Flask, SQLAlchemy, pandas and pyarrow wheels (3.18.0 lacks its
+# mlflow-skinny on PyPI; 3.17.2 is pinned).
+optional_pip mlflow pip-mlflow.log "the MLflow tracking tests will be skipped" "${MLFLOW_PIP_SPEC:-mlflow==3.17.2}"
 
 # 3. Configure (once) and build. With Debian's ccache installed (set-up installs it; RANZCR_CCACHE=0: not
 #    used), it is the compiler launcher: its cache lives outside the clone (~/.cache/ccache) and is shared by

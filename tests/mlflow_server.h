@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hub/http.h"
+#include "net/http.h"
 #include "tests/hub/fake_hub.h"
 #include "tests/process_util.h"
 #include "tests/python_worker.h"
@@ -167,11 +167,11 @@ class MlflowTestServer {
  private:
   bool healthy() const {
     try {
-      hub::HttpRequest r;
+      net::HttpRequest r;
       r.url = uri() + "/health";
       r.timeout_s = 2;
-      return hub::http_send(r, hub::HttpOptions()).status == 200;
-    } catch (const hub::HttpError&) {
+      return net::http_send(r, net::HttpOptions()).status == 200;
+    } catch (const net::HttpError&) {
       return false;
     }
   }

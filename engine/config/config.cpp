@@ -107,10 +107,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("output.dir", c.output.dir);
   v("output.keep_every", c.output.keep_every);
   v("output.keep_best_k", c.output.keep_best_k);
-  v("output.mlflow", c.output.mlflow);
-  v("output.mlflow_experiment", c.output.mlflow_experiment);
-  v("output.mlflow_run_name", c.output.mlflow_run_name);
-  v("output.mlflow_required", c.output.mlflow_required);
+  tracking::visit_tracker_keys(c.output, v);
   v("infer.backend", c.infer.backend);
   v("infer.precision", c.infer.precision);
 }
@@ -402,20 +399,6 @@ void validate_image_options(const DataConfig& d) {
                    " px, at most 16384: set data.cache_size");
 }
 
-// output.mlflow: off, "env" or an http(s) URI without credentials (they would land in config.yaml).
-void validate_mlflow_uri(const std::string& uri) {
-  if (uri.empty() || uri == "env") return;
-  const bool http = uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0;
-  RANZCR_CHECK(http && uri.size() > uri.find("//") + 2, "config: ",
-               "output.mlflow must be an MLflow tracking server's URI http(s)://host:port, \"env\" "
-               "(MLFLOW_TRACKING_URI) or \"\" (off), got '",
-               uri, "'");
-  const std::string authority = uri.substr(uri.find("//") + 2, uri.find('/', uri.find("//") + 2));
-  RANZCR_CHECK(authority.find('@') == std::string::npos, "config: ",
-               "output.mlflow must not hold a user name or password (they would be written to config.yaml): "
-               "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN");
-}
-
 }  // namespace
 
 void validate_config(const Config& c) {
@@ -475,7 +458,7 @@ void validate_config(const Config& c) {
   RANZCR_CHECK(c.output.keep_every >= 0, "config: ", "output.keep_every must be >= 0");
   RANZCR_CHECK(c.output.keep_best_k >= 0, "config: ", "output.keep_best_k must be >= 0");
   RANZCR_CHECK(!c.output.dir.empty(), "config: ", "output.dir must not be empty");
-  validate_mlflow_uri(c.output.mlflow);
+  tracking::check_tracker_keys(c.output);
 }
 
 }  // namespace ranzcr

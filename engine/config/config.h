@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "data/data_config.h"
 #include "distributed/init_method.h"
+#include "tracking/tracker_keys.h"
 
 #include <map>
 #include <set>
@@ -181,16 +182,11 @@ struct DistributedConfig {
   double grace_seconds = 120.0;         // launcher: SIGTERM to SIGKILL when stopping workers
 };
 
-struct OutputConfig {
+/// output.*: the run folder and what is kept in it, and the trackers' keys (tracking/tracker_keys.h).
+struct OutputConfig : tracking::TrackerKeys {
   std::string dir = "runs/default";  // run folder
   int keep_every = 0;   // also keep a numbered checkpoint (run_folder.h) every N epochs (0 = off)
   int keep_best_k = 0;  // also keep the k best epochs as numbered checkpoints (run_folder.h) (0 = off)
-  // MLflow tracking (docs/tracking.md): "" = off; a tracking URI http(s)://host:port; or "env" =
-  // MLFLOW_TRACKING_URI, as MLflow's Python client takes it. Credentials only from the environment.
-  std::string mlflow;
-  std::string mlflow_experiment;  // "" = the config file's name (apps fills it in)
-  std::string mlflow_run_name;    // "" = the run folder's name
-  bool mlflow_required = true;    // the server must answer at start; false: train on without tracking
 };
 
 /// How predict, evaluate, serve and cv's out-of-fold pass run a trained model (training's validation always

@@ -51,7 +51,7 @@ void visit_meta_fields(Meta& m, F&& f) {
   f("epoch_metric", m.epoch_metric, O);
   f("rng_states", m.rng_states, O);
   f("rng_device", m.rng_device, O);
-  f("mlflow_run_id", m.mlflow_run_id, O);
+  f("tracker_run_ids", m.tracker_run_ids, O);
 }
 
 std::vector<std::string> split_lines(const std::string& s) {
@@ -75,6 +75,12 @@ c10::IValue encode(const std::string& v) {
 }
 c10::IValue encode(const std::vector<std::string>& v) {
   return c10::IValue(v.empty() ? std::string() : join(v, "\n") + "\n");  // each line ends in a newline
+}
+// A map of names to values as lines name=value (a name holds no '=', a value no newline).
+c10::IValue encode(const std::map<std::string, std::string>& m) {
+  std::vector<std::string> lines;
+  for (const auto& [name, value] : m) lines.push_back(name + "=" + value);
+  return encode(lines);
 }
 
 // Sets `field` from `v` when `v` holds the field's archive type and returns true; otherwise returns false
@@ -105,6 +111,14 @@ bool decode(const c10::IValue& v, std::vector<std::string>& field, bool strict) 
   field = split_lines(joined);
   return true;
 }
+bool decode(const c10::IValue& v, std::map<std::string, std::string>& field, bool strict) {
+  std::vector<std::string> lines;
+  if (!decode(v, lines, strict)) return false;
+  for (const auto& line : lines)
+    if (const size_t eq = line.find('='); eq != std::string::npos && eq > 0)
+      field[line.substr(0, eq)] = line.substr(eq + 1);
+  return true;
+}
 
 // Whether an optional field has a value to write: an empty string or an undefined tensor is left out of
 // the file and so reads back as the field's default (which must then be that empty value).
@@ -113,6 +127,9 @@ bool has_value(const std::string& v) {
 }
 bool has_value(const torch::Tensor& v) {
   return v.defined();
+}
+bool has_value(const std::map<std::string, std::string>& v) {
+  return !v.empty();
 }
 template <typename T>
 bool has_value(const T&) {
@@ -250,6 +267,19 @@ void check_meta_values(const CheckpointMeta& m, const std::string& path) {
                ", expected Byte (uint8) [ranks, state bytes]");
 }
 
+// Checkpoints written before tracker_run_ids kept a tracker's run id as the string key <name>_run_id.
+void read_older_run_ids(torch::serialize::InputArchive& archive, std::map<std::string, std::string>& ids) {
+  const std::string suffix = "_run_id";
+  for (const std::string& key : archive.keys()) {
+    if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string name = key.substr(0, key.size() - suffix.size());
+    std::string id;
+    if (!ids.count(name) && read_field(archive, key.c_str(), id, /*strict=*/false) && !id.empty())
+      ids[name] = id;
+  }
+}
+
 CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::string& path) {
   CheckpointMeta meta;
   meta.format_version = read_format_version(archive, path);
@@ -263,6 +293,7 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive, const std::str
     }
     RANZCR_CHECK(found || !required, path, ": checkpoint lacks '", key, "'");
   });
+  read_older_run_ids(archive, meta.tracker_run_ids);
   check_meta_values(meta, path);
   return meta;
 }

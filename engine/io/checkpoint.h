@@ -45,8 +45,9 @@ struct CheckpointMeta {
   /// The device type whose generator those states are ("cpu", "cuda"): a state fits only a generator of
   /// its type. "" in checkpoints written before it was recorded.
   std::string rng_device;
-  /// The MLflow run the training logs to (output.mlflow), continued on resume; "" = none.
-  std::string mlflow_run_id;
+  /// The run each experiment tracker logs to, by the tracker's name (tracking/tracker.h), continued on
+  /// resume. Checkpoints written before the map kept a tracker's id as the key <name>_run_id: read into it.
+  std::map<std::string, std::string> tracker_run_ids;
 };
 
 /// Modules saved beside the model, each as a sub-archive of its name: the EMA weights ("ema", which

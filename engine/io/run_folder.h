@@ -1,7 +1,8 @@
 // The layout of a run folder (output.dir) and of a cv root (`ranzcr cv`'s output.dir, one run folder per
-// fold): the one place that names their files and folders. Training writes them; resume, `plot`,
-// cross-validation, ensembles (--checkpoints-from) and the Hub pin read them. Messages that name a file
-// take its name from here too (kMetrics, ...), so a rename is one edit.
+// fold): the one place that names their files and folders, but for the trackers' own (tracking/: each
+// tracker names the files it keeps in a run folder). Training writes them; resume, `plot`, cross-validation,
+// ensembles (--checkpoints-from) and the Hub pin read them. Messages that name a file take its name from
+// here too (kMetrics, ...), so a rename is one edit.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,6 @@ namespace ranzcr::run_folder {
 inline constexpr const char* kConfig = "config.yaml";
 inline constexpr const char* kLog = "log.txt";
 inline constexpr const char* kMetrics = "metrics.jsonl";
-inline constexpr const char* kTensorBoard = "tensorboard";
 inline constexpr const char* kCheckpoints = "checkpoints";
 inline constexpr const char* kLastFile = "last.pt";
 inline constexpr const char* kBestFile = "best.pt";
@@ -31,8 +31,6 @@ inline constexpr const char* kFoldPrefix = "fold_";
 inline constexpr const char* kFoldBest = "fold_K/checkpoints/best.pt";  // a cv root's every fold's best
 inline constexpr const char* kOutOfFold = "oof.csv";
 inline constexpr const char* kCvReport = "cv.json";
-inline constexpr const char* kMlflowRun = "mlflow_run.json";       // output.mlflow: the run's server and id
-inline constexpr const char* kMlflowSpool = "mlflow_spool.jsonl";  // requests the server did not take yet
 
 /// <run>/config.yaml: the resolved config.
 inline std::string config_file(const std::string& run_dir) {
@@ -45,10 +43,6 @@ inline std::string log_file(const std::string& run_dir) {
 /// <run>/metrics.jsonl: one JSON line per finished epoch.
 inline std::string metrics_file(const std::string& run_dir) {
   return (std::filesystem::path(run_dir) / kMetrics).string();
-}
-/// <run>/tensorboard: the TensorBoard event files.
-inline std::string tensorboard_dir(const std::string& run_dir) {
-  return (std::filesystem::path(run_dir) / kTensorBoard).string();
 }
 /// <run>/curves_loss.png, curves_auc.png, curves_auc_per_label.png: the PNG training curves, in that order.
 inline std::vector<std::string> curves_files(const std::string& run_dir) {
@@ -110,15 +104,6 @@ inline std::string out_of_fold_file(const std::string& cv_root) {
 /// <cv root>/cv.json: the per-fold and out-of-fold AUCs.
 inline std::string cv_report_file(const std::string& cv_root) {
   return (std::filesystem::path(cv_root) / kCvReport).string();
-}
-
-/// <run or cv root>/mlflow_run.json: the MLflow run this folder logs to (tracking URI, experiment, run id).
-inline std::string mlflow_run_file(const std::string& run_dir) {
-  return (std::filesystem::path(run_dir) / kMlflowRun).string();
-}
-/// <run or cv root>/mlflow_spool.jsonl: MLflow requests not delivered yet (ranzcr mlflow-sync sends them).
-inline std::string mlflow_spool_file(const std::string& run_dir) {
-  return (std::filesystem::path(run_dir) / kMlflowSpool).string();
 }
 
 }  // namespace ranzcr::run_folder

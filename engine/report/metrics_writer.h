@@ -1,6 +1,7 @@
 // Where training metrics go: every writer gets the same records (a progress record every
 // train.log_every_seconds, an epoch record after validation). The console and the metrics file are
-// writers; further sinks (TensorBoard, plots) are new writers, not new branches in the training loop.
+// writers; further sinks (the experiment trackers, plots) are new writers, not new branches in the training
+// loop.
 #pragma once
 
 #include <memory>
@@ -35,7 +36,7 @@ struct EpochRecord {
   bool improved = false;  // a new best of the metric checkpoints are chosen on (see selects_best)
   /// Further weights validated this epoch (the EMA's: "ema"), written as <name>_val_loss,
   /// <name>_val_auc_mean and <name>_val_auc (the metrics file) and val/<name>_loss, val/<name>_auc_mean
-  /// (TensorBoard).
+  /// (the trackers' curves).
   struct Validation {
     std::string name;
     double loss = 0.0;
@@ -44,8 +45,8 @@ struct EpochRecord {
   };
   std::vector<Validation> validations;
   /// Further per-epoch training figures of the features in use (the auxiliary head's "train_aux_loss"):
-  /// written under their name to the metrics file and the console, and to TensorBoard with the first '_'
-  /// as '/' (train/aux_loss).
+  /// written under their name to the metrics file and the console, and to the trackers' curves with the
+  /// first '_' as '/' (train/aux_loss).
   struct Scalar {
     std::string name;
     double value = 0.0;

@@ -10,8 +10,6 @@
 #include "engine/io/pretrained.h"
 #include "engine/io/run_folder.h"
 #include "engine/report/curves.h"
-#include "engine/report/mlflow_run.h"
-#include "engine/report/tensorboard_writer.h"
 #include "engine/runtime/random_state.h"
 #include "engine/train/feature_list.h"
 #include "engine/train/fused_optimizer.h"
@@ -79,6 +77,9 @@ Trainer::Trainer(Config config, Collectives& collectives, RunLog& log, TrainOpti
     : config_(std::move(config)), collectives_(collectives), log_(log), options_(std::move(options)) {
   load_data();
   build_model();
+  if (collectives_.is_main() && options_.trackers)
+    if (auto trackers = options_.trackers("train"); !trackers.empty())
+      tracked_ = std::make_unique<TrackedRun>(std::move(trackers));
   if (const std::string from = resume_source(); !from.empty()) resume(from, options_.resume_path.empty());
   for (auto& f : features_) f->start(meta_);
   start_metrics();
@@ -179,11 +180,10 @@ std::string Trainer::resume_source() {
     } catch (const std::exception&) {
     }
     log_.warn("train.resume=never: starting over in " + out_dir_ + "; it held " + what +
-              ", whose checkpoints, " + run_folder::kMetrics +
-              " and TensorBoard event files are removed now");
+              ", whose checkpoints, " + run_folder::kMetrics + " and trackers' files are removed now");
     for (const auto& entry : fs::directory_iterator(ckpt_dir_))
       if (entry.path().extension() == ".pt") fs::remove(entry.path());
-    fs::remove_all(run_folder::tensorboard_dir(out_dir_));
+    if (tracked_) tracked_->clear(out_dir_);
   }
   collectives_.barrier();  // nobody looks at the folder before it is cleared
   return "";
@@ -215,7 +215,7 @@ void Trainer::restore_meta(const CheckpointMeta& saved, const std::string& path,
   meta_.best_metric = saved.best_metric;
   meta_.loss_scale = saved.loss_scale;
   meta_.loss_scale_growth = saved.loss_scale_growth;
-  meta_.mlflow_run_id = saved.mlflow_run_id;
+  meta_.tracker_run_ids = saved.tracker_run_ids;
   const int world = collectives_.world_size();
   if (saved.world_size != world)
     log_.warn("resuming a checkpoint written by " + std::to_string(saved.world_size) + " processes with " +
@@ -240,29 +240,29 @@ void Trainer::start_metrics() {
   const std::string path = run_folder::metrics_file(out_dir_);
   truncate_metrics(path, meta_.epoch);  // the epochs after the checkpoint are trained again
   writers_.add(make_jsonl_writer(path));
-  // A new event file per start; a resumed one tells TensorBoard to drop what came after the checkpoint.
-  writers_.add(std::make_unique<TensorBoardWriter>(run_folder::tensorboard_dir(out_dir_), meta_.step));
   writers_.add(make_curves_writer(out_dir_));  // after the jsonl writer: redrawn from the metrics file
-  start_mlflow();
+  start_tracking();
 }
 
-void Trainer::start_mlflow() {
-  if (!options_.mlflow || config_.output.mlflow.empty()) return;
+void Trainer::start_tracking() {
+  if (!tracked_) return;
   const bool resumed = meta_.epoch > 0 || meta_.step > 0;
-  if (resumed && run_finished(config_.train, meta_))
-    return;  // nothing to train: its MLflow run stays as it is
-  MlflowStart start;
-  start.run_dir = out_dir_;
-  start.resume_id = meta_.mlflow_run_id;  // the checkpoint's
-  start.continue_folder_run = !resumed && config_.train.resume == ResumeSetting::kAuto;
+  if (resumed && run_finished(config_.train, meta_)) {
+    tracked_.reset();  // nothing to train: its trackers' runs stay as they are
+    return;
+  }
+  tracking::RunStart start;
   start.command = "train";
+  start.run_dir = out_dir_;
+  start.continue_folder_run = !resumed && config_.train.resume == ResumeSetting::kAuto;
+  start.resumed_step = meta_.step;
+  start.params = config_params(config_);
   start.tags = {{"ranzcr.device", options_.device.str()},
                 {"ranzcr.world_size", std::to_string(collectives_.world_size())},
                 {"ranzcr.model", config_.model.name}};
-  mlflow_ = MlflowRun::open(config_, *options_.mlflow, start, log_);
-  if (!mlflow_) return;
-  meta_.mlflow_run_id = mlflow_->run_id();
-  writers_.add(mlflow_->epoch_writer());
+  tracked_->open(start, meta_.tracker_run_ids, options_.parent_run_ids);
+  meta_.tracker_run_ids = tracked_->run_ids(meta_.tracker_run_ids);
+  writers_.add(tracked_->writer());
 }
 
 // After any resume: the DDP wrapper hooks the parameters' gradient accumulators, which restoring

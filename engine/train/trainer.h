@@ -2,12 +2,14 @@
 // fit over epochs of train_epoch, validate and save. What it is made of lives in its own files: the
 // optimizer-step policy (train_step.h), the training features (training_feature.h: EMA, auxiliary head, top-k
 // checkpoints, early stopping), batches on the device (engine/runtime/device_batches.h), metric writers
-// (engine/report/metrics_writer.h), checkpoints (engine/io/checkpoint.h). Rank-aware through
+// (engine/report/metrics_writer.h), experiment trackers (engine/report/tracked_run.h), checkpoints
+// (engine/io/checkpoint.h). Rank-aware through
 // Collectives: only the main rank writes files.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <string>
 
 #include <torch/types.h>
@@ -16,10 +18,9 @@
 #include "engine/config/config.h"
 #include "engine/io/checkpoint.h"
 #include "engine/report/run_log.h"
+#include "tracking/tracker.h"
 
 namespace ranzcr {
-
-struct MlflowSetup;  // engine/report/mlflow_run.h
 
 struct TrainOptions {
   std::string resume_path;  // checkpoint to resume from ("" = per train.resume: output.dir's last checkpoint
@@ -35,8 +36,10 @@ struct TrainOptions {
   /// Tests: called on every rank right before each epoch's validation (0-based epoch), e.g. to raise a
   /// stop signal there.
   std::function<void(int64_t epoch)> before_validation;
-  /// output.mlflow: the server's credentials and the program's tags (read by apps); null = no tracking.
-  const MlflowSetup* mlflow = nullptr;
+  /// The run's experiment trackers (made on the main rank, for "train"); empty = none.
+  tracking::TrackerFactory trackers;
+  /// The trackers' runs of the job above, by tracker name (cv's, for its folds).
+  std::map<std::string, std::string> parent_run_ids;
 };
 
 struct TrainSummary {

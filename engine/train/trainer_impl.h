@@ -13,13 +13,12 @@
 #include "data/split.h"
 #include "distributed/ddp.h"
 #include "engine/infer/inference.h"
+#include "engine/report/tracked_run.h"
 #include "engine/train/epoch_progress.h"
 #include "engine/train/trainer.h"
 #include "engine/train/training_feature.h"
 
 namespace ranzcr {
-
-class MlflowRun;
 
 class Trainer {
  public:
@@ -45,15 +44,15 @@ class Trainer {
   void restore_meta(const CheckpointMeta& saved, const std::string& path, bool automatic);
   /// Makes the metrics file hold exactly the epochs done so far (none for a fresh run).
   void start_metrics();
-  /// output.mlflow: opens the run's MLflow run (the checkpoint's when resuming) and adds its writer.
-  void start_mlflow();
+  /// Opens the run's trackers (their runs of the checkpoint when resuming) and adds their writer.
+  void start_tracking();
   void build_step();
   void plan_epochs();
 
   // ---- the loop (trainer_loop.cpp) ----
   TrainSummary fit_epochs();
-  /// The MLflow run's files and status (FINISHED, or KILLED after a stop request).
-  void end_mlflow();
+  /// The trackers' files and status (FINISHED, or KILLED after a stop request).
+  void end_tracking();
   std::vector<int64_t> epoch_rows(int64_t epoch);
   /// Seeds this rank's random ops (dropout) for `epoch`, or restores them when resuming mid-epoch.
   void seed_epoch(int64_t epoch);
@@ -98,7 +97,8 @@ class Trainer {
   std::unique_ptr<LossWatch> watch_;
   std::unique_ptr<Poll> poll_;
   MetricsWriters writers_;
-  std::unique_ptr<MlflowRun> mlflow_;  // main rank, output.mlflow; ended FAILED when an exception unwinds
+  std::unique_ptr<TrackedRun>
+      tracked_;  // main rank; a tracker not finished ends FAILED when an exception unwinds
   CheckpointMeta meta_;
 
   std::unique_ptr<DistributedSampler> sampler_;

@@ -9,7 +9,6 @@
 #include "core/check.h"
 #include "engine/io/run_folder.h"
 #include "engine/report/metrics.h"
-#include "engine/report/mlflow_run.h"
 #include "engine/runtime/cuda_support.h"
 #include "engine/runtime/random_state.h"
 #include "engine/train/trainer_impl.h"
@@ -18,17 +17,18 @@ namespace ranzcr {
 
 TrainSummary Trainer::fit() {
   fit_epochs();
-  end_mlflow();
+  end_tracking();
   return summary_;
 }
 
-void Trainer::end_mlflow() {
-  if (!mlflow_) return;
-  mlflow_->log_artifact(run_folder::config_file(out_dir_));
-  mlflow_->log_artifact(run_folder::metrics_file(out_dir_));
-  mlflow_->log_artifact(run_folder::log_file(out_dir_));
-  for (const auto& png : run_folder::curves_files(out_dir_)) mlflow_->log_artifact(png, "curves");
-  mlflow_->finish(summary_.stopped_by_signal ? tracking::RunStatus::kKilled : tracking::RunStatus::kFinished);
+void Trainer::end_tracking() {
+  if (!tracked_) return;
+  tracked_->log_artifact(run_folder::config_file(out_dir_));
+  tracked_->log_artifact(run_folder::metrics_file(out_dir_));
+  tracked_->log_artifact(run_folder::log_file(out_dir_));
+  for (const auto& png : run_folder::curves_files(out_dir_)) tracked_->log_artifact(png, "curves");
+  tracked_->finish(summary_.stopped_by_signal ? tracking::RunStatus::kKilled
+                                              : tracking::RunStatus::kFinished);
 }
 
 TrainSummary Trainer::fit_epochs() {

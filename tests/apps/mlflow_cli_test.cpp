@@ -13,10 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/io/checkpoint.h"
-#include "engine/report/mlflow_run.h"
+#include "engine/report/tracked_run.h"
 #include "tests/mlflow_server.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
+#include "tracking/mlflow/mlflow_tracker.h"
 
 namespace ranzcr {
 namespace {
@@ -95,8 +96,8 @@ TEST_F(MlflowCliTest, TrainLogsParamsMetricsTagsArtifactsAndStatus) {
   EXPECT_EQ(c.status, 0) << c.output;
   EXPECT_TRUE(contains(c.output, "\"epochs\": 3")) << c.output;
   const std::string id = run_id(run);
-  EXPECT_EQ(read_checkpoint_meta(run + "/checkpoints/last.pt").mlflow_run_id, id);
-  EXPECT_EQ(read_checkpoint_meta(run + "/checkpoints/best.pt").mlflow_run_id, id);
+  EXPECT_EQ(read_checkpoint_meta(run + "/checkpoints/last.pt").tracker_run_ids.at("mlflow"), id);
+  EXPECT_EQ(read_checkpoint_meta(run + "/checkpoints/best.pt").tracker_run_ids.at("mlflow"), id);
   EXPECT_FALSE(fs::exists(run + "/mlflow_spool.jsonl"));
   EXPECT_FALSE(contains(r.output, secret));
   for (const auto& entry : fs::recursive_directory_iterator(run))
@@ -143,19 +144,20 @@ TEST_F(MlflowCliTest, LongValuesBecomeArtifacts) {
   config.output.mlflow = server_->uri();
   config.output.mlflow_experiment = "long";
   config.data.train_csv = std::string(7000, 'x') + ".csv";
-  MlflowSetup setup;
-  setup.server.uri = server_->uri();
-  MlflowStart start;
+  tracking::MlflowSettings settings;
+  settings.server.uri = server_->uri();
+  settings.experiment = config.output.mlflow_experiment;
+  tracking::RunStart start;
   start.run_dir = *dir_ / "long";
   start.command = "train";
+  start.params = config_params(config);
   fs::create_directories(start.run_dir);
-  RunLog log(false);
   std::string id;
   {
-    auto run = MlflowRun::open(config, setup, start, log);
-    ASSERT_TRUE(run);
-    id = run->run_id();
-    run->finish(tracking::RunStatus::kFinished);
+    tracking::MlflowTracker run(settings, {});
+    ASSERT_TRUE(run.open(start));
+    id = run.run_id();
+    run.finish(tracking::RunStatus::kFinished);
   }
   const auto c = check("param-artifact --run-id " + id + " --key data.train_csv");
   ASSERT_EQ(c.status, 0) << c.output;

@@ -13,7 +13,7 @@
 #include "apps/hub_weights.h"
 #include "engine/io/pretrained.h"
 #include "engine/io/safetensors.h"
-#include "hub/http.h"
+#include "net/http.h"
 #include "tests/hub/fake_hub.h"
 
 namespace fs = std::filesystem;
@@ -38,7 +38,7 @@ class PretrainedHub : public ::testing::Test {
     delete data_;
   }
   void SetUp() override {
-    if (hub::http_client_version().empty()) GTEST_SKIP() << "this build has no libcurl";
+    if (net::http_client_version().empty()) GTEST_SKIP() << "this build has no libcurl";
     if (commit_.empty())
       RANZCR_SKIP_WITHOUT_REFERENCE(
           "no torch, timm, safetensors or huggingface_hub in .venv to make timm weights");

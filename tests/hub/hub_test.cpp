@@ -9,10 +9,10 @@
 #include <fstream>
 
 #include "hub/download.h"
-#include "hub/http.h"
 #include "hub/hub_cache.h"
 #include "hub/pretrained_weights.h"
 #include "models/registry.h"
+#include "net/http.h"
 #include "tests/hub/fake_hub.h"
 
 namespace fs = std::filesystem;
@@ -24,7 +24,7 @@ using hub::HubError;
 using hub::HubErrorKind;
 
 bool can_download() {
-  return !hub::http_client_version().empty();
+  return !net::http_client_version().empty();
 }
 
 hub::HubOptions options_for(const FakeHub& hub, const std::string& cache,
@@ -113,7 +113,7 @@ class HubDownload : public ::testing::Test {
     commit_ = hub_.add_repo("org/model",
                             {"model.safetensors=" + dir_ / "weights", "config.json=" + dir_ / "config.json"});
     ASSERT_EQ(commit_.size(), 40u) << commit_;
-    sha_ = hub::file_sha256(dir_ / "weights");
+    sha_ = net::file_sha256(dir_ / "weights");
   }
   std::string cache() const { return dir_ / "cache"; }
   TempDir dir_;
@@ -159,7 +159,7 @@ TEST_F(HubDownload, ACutTransferIsResumedWithARangeRequest) {
   const hub::HubFile f =
       hub::hub_download(options_for(hub_, cache(), &notes), "org/model", "main", "model.safetensors");
   EXPECT_TRUE(f.downloaded);
-  EXPECT_EQ(hub::file_sha256(f.path), sha_);
+  EXPECT_EQ(net::file_sha256(f.path), sha_);
   const auto stats = hub_.stats();
   EXPECT_EQ(stats["cdn_get"].get<int>(), 2);
   ASSERT_EQ(stats["cdn_ranges"].size(), 1u) << stats.dump();
@@ -173,7 +173,7 @@ TEST_F(HubDownload, ACorruptDownloadIsRefusedAndFetchedAgain) {
   std::vector<std::string> notes;
   const hub::HubFile f =
       hub::hub_download(options_for(hub_, cache(), &notes), "org/model", "main", "model.safetensors");
-  EXPECT_EQ(hub::file_sha256(f.path), sha_);
+  EXPECT_EQ(net::file_sha256(f.path), sha_);
   EXPECT_EQ(hub_.stats()["cdn_get"].get<int>(), 2);
   EXPECT_TRUE(any_contains(notes, "org/model/model.safetensors: the download is corrupt (SHA-256 "))
       << testing::PrintToString(notes);
@@ -206,7 +206,7 @@ TEST_F(HubDownload, ADamagedBlobInTheCacheIsFetchedAgain) {
     const hub::HubFile f =
         hub::hub_download(options_for(hub_, cache(), &notes), "org/model", "main", "model.safetensors");
     EXPECT_TRUE(f.downloaded);
-    EXPECT_EQ(hub::file_sha256(f.path), sha_);
+    EXPECT_EQ(net::file_sha256(f.path), sha_);
     EXPECT_TRUE(any_contains(notes, "is damaged (")) << testing::PrintToString(notes);
   }
 }
@@ -364,7 +364,7 @@ class FetchWeightsCli : public HubDownload {};
 TEST_F(FetchWeightsCli, AKilledDownloadResumesInTheNextRun) {
   write_random_file(dir_ / "big", 8'000'000, 7);
   hub_.add_repo("org/big", {"model.safetensors=" + dir_ / "big"});
-  const std::string sha = hub::file_sha256(dir_ / "big");
+  const std::string sha = net::file_sha256(dir_ / "big");
   const std::string incomplete = cache() + "/models--org--big/blobs/" + sha + ".incomplete";
   hub_.control(R"({"rate": 2000000})");
   const pid_t pid = spawn({"fetch-weights", "hf-hub:org/big"}, hub_.env(cache()), dir_ / "first.log");
@@ -385,7 +385,7 @@ TEST_F(FetchWeightsCli, AKilledDownloadResumesInTheNextRun) {
   const auto ranges = hub_.stats()["cdn_ranges"];
   ASSERT_EQ(ranges.size(), 1u) << ranges.dump();
   EXPECT_GE(ranges[0].get<int64_t>(), static_cast<int64_t>(kept) - 1);
-  EXPECT_EQ(hub::file_sha256(cache() + "/models--org--big/blobs/" + sha), sha);
+  EXPECT_EQ(net::file_sha256(cache() + "/models--org--big/blobs/" + sha), sha);
   EXPECT_FALSE(fs::exists(incomplete));
 }
 
@@ -393,7 +393,7 @@ TEST_F(FetchWeightsCli, TwoProcessesAtOnceMakeOneGoodFile) {
   write_random_file(dir_ / "big", 8'000'000, 9);
   hub_.add_repo("org/big", {"model.safetensors=" + dir_ / "big"});
   hub_.control(R"({"rate": 1000000})");
-  const std::string sha = hub::file_sha256(dir_ / "big");
+  const std::string sha = net::file_sha256(dir_ / "big");
   const pid_t a = spawn({"fetch-weights", "hf-hub:org/big"}, hub_.env(cache()), dir_ / "a.log");
   // The second starts while the first is downloading (about 8 s at 1 MB/s).
   ASSERT_TRUE(
@@ -407,7 +407,7 @@ TEST_F(FetchWeightsCli, TwoProcessesAtOnceMakeOneGoodFile) {
   EXPECT_TRUE(contains(logs, "another process is downloading it")) << logs;
   EXPECT_TRUE(contains(logs, " downloaded")) << logs;
   EXPECT_TRUE(contains(read_file(dir_ / "b.log"), " already cached")) << logs;
-  EXPECT_EQ(hub::file_sha256(cache() + "/models--org--big/blobs/" + sha), sha);
+  EXPECT_EQ(net::file_sha256(cache() + "/models--org--big/blobs/" + sha), sha);
 }
 
 TEST_F(FetchWeightsCli, AFullDiskIsOneLineAndNoCompleteLookingFile) {

@@ -11,7 +11,7 @@
 #include <mutex>
 
 #include "tests/mlflow_server.h"
-#include "tracking/mlflow.h"
+#include "tracking/mlflow/mlflow.h"
 
 namespace fs = std::filesystem;
 

@@ -97,6 +97,34 @@ TEST(Checkpoint, NotACheckpointIsAClearError) {
   }
 }
 
+// The trackers' run ids are one map by tracker name; a checkpoint from before the map, which kept one
+// tracker's id as <name>_run_id, reads into it.
+TEST(Checkpoint, TrackerRunIdsAreAMapAndOlderPerTrackerKeysReadIntoIt) {
+  test::TempDir dir;
+  auto m = create_model("tiny_cnn", ModelSpec{});
+  CheckpointMeta meta;
+  meta.model_name = "tiny_cnn";
+  meta.tracker_run_ids = {{"mlflow", "0123abcd"}, {"other", "run=7"}};
+  test::write_file(dir / "new.pt", serialize_checkpoint(meta, *m, nullptr));
+  EXPECT_EQ(read_checkpoint_meta(dir / "new.pt").tracker_run_ids, meta.tracker_run_ids);
+  meta.tracker_run_ids.clear();
+  test::write_file(dir / "none.pt", serialize_checkpoint(meta, *m, nullptr));
+  EXPECT_TRUE(read_checkpoint_meta(dir / "none.pt").tracker_run_ids.empty());
+
+  torch::serialize::OutputArchive old;  // the meta as a checkpoint of format 2 without the map held it
+  old.write("ranzcr_format_version", c10::IValue(kCheckpointFormatVersion));
+  for (const char* key : {"epoch", "step", "world_size", "epoch_batches_done", "batch_size"})
+    old.write(key, c10::IValue(int64_t{1}));
+  old.write("best_metric", c10::IValue(0.5));
+  old.write("config_yaml", c10::IValue(std::string("seed: 1\n")));
+  old.write("model_name", c10::IValue(std::string("tiny_cnn")));
+  old.write("label_names", c10::IValue(std::string("a\nb\n")));
+  old.write("mlflow_run_id", c10::IValue(std::string("5f3e9d")));
+  old.save_to(dir / "old.pt");
+  EXPECT_EQ(read_checkpoint_meta(dir / "old.pt").tracker_run_ids,
+            (std::map<std::string, std::string>{{"mlflow", "5f3e9d"}}));
+}
+
 // The checkpoint `bytes` written again with `edit` applied to each record (name, contents).
 std::string rewrite_archive(const std::string& bytes,
                             const std::function<void(const std::string&, std::string&)>& edit) {

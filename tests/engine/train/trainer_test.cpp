@@ -22,6 +22,7 @@
 #include "engine/train/fused_optimizer.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
+#include "tracking/tensorboard/event_file.h"
 
 namespace ranzcr {
 namespace {
@@ -570,7 +571,13 @@ TEST_F(TrainerTest, TensorBoardReadsTheEventFiles) {
   const std::string out = *dir_ / "tb";
   Config c = config(out, 2);
   c.train.ema_decay = 0.9;  // the EMA's validation goes to TensorBoard too
-  train(c, *coll, log, TrainOptions{});
+  TrainOptions options;
+  options.trackers = [](const std::string&) {
+    std::vector<std::unique_ptr<tracking::Tracker>> trackers;
+    trackers.push_back(std::make_unique<tracking::TensorBoardTracker>());
+    return trackers;
+  };
+  train(c, *coll, log, options);
   const std::string script = *dir_ / "read_tb.py";
   test::write_file(script,
                    "import sys\n"
@@ -606,6 +613,107 @@ TEST_F(TrainerTest, TensorBoardReadsTheEventFiles) {
         EXPECT_EQ(static_cast<float>(scalars["val/auc/" + item.key()][step]), item.value().get<float>())
             << item.key();
   }
+}
+
+// What the trainer hands a tracker, recorded by one defined here (the trainer knows none by name).
+struct TrackerCalls {
+  int opens = 0;
+  std::vector<std::string> resume_ids;
+  std::vector<int64_t> resumed_steps;
+  std::vector<tracking::KeyValue> params, tags;
+  std::vector<int64_t> steps, epochs, saved;
+  std::map<int64_t, double> val_auc_mean;  // by epoch, from the epoch's record
+  std::vector<std::string> artifacts;      // <dir>/<file name>
+  std::vector<tracking::RunStatus> statuses;
+};
+
+class RecordingTracker : public tracking::Tracker {
+ public:
+  RecordingTracker(TrackerCalls& calls, std::string id) : calls_(calls), id_(std::move(id)) {}
+  std::string name() const override { return "recorder"; }
+  bool open(const tracking::RunStart& start) override {
+    ++calls_.opens;
+    calls_.resume_ids.push_back(start.resume_id);
+    calls_.resumed_steps.push_back(start.resumed_step);
+    calls_.params = start.params;
+    calls_.tags = start.tags;
+    return true;
+  }
+  std::string run_id() const override { return id_; }
+  void log_step(int64_t step, const std::vector<tracking::Figure>&) override { calls_.steps.push_back(step); }
+  void log_epoch(const tracking::EpochFigures& f) override {
+    calls_.epochs.push_back(f.epoch);
+    for (const auto& figure : f.record)
+      if (figure.key == "val_auc_mean") calls_.val_auc_mean[f.epoch] = figure.value;
+  }
+  void epoch_saved(int64_t epoch) override { calls_.saved.push_back(epoch); }
+  void log_artifact(const std::string& path, const std::string& dir) override {
+    calls_.artifacts.push_back(dir + "/" + std::filesystem::path(path).filename().string());
+  }
+  void finish(tracking::RunStatus status) override { calls_.statuses.push_back(status); }
+
+ private:
+  TrackerCalls& calls_;
+  std::string id_;
+};
+
+// A tracker added by a test alone: it gets the config as parameters, every epoch (with its record, once
+// saved), the run's files and the final status; a stopped run resumed continues the same tracker run (the
+// checkpoint keeps its id by the tracker's name).
+TEST_F(TrainerTest, ATrackerOfItsOwnSeesParamsEpochsArtifactsResumeAndStatus) {
+  RunLog log(false);
+  auto coll = make_local_collectives();
+  const std::string out = *dir_ / "own_tracker";
+  const Config c = config(out, 3);
+  TrackerCalls first, second;
+  std::atomic<int> stop{0};
+  TrainOptions stopping;
+  stopping.stop_signal = &stop;
+  stopping.before_validation = [&stop](int64_t epoch) {
+    if (epoch == 0) stop = SIGTERM;  // the run stops once epoch 1 is saved
+  };
+  stopping.trackers = [&first](const std::string& command) {
+    std::vector<std::unique_ptr<tracking::Tracker>> t;
+    if (command == "train") t.push_back(std::make_unique<RecordingTracker>(first, "run-7"));
+    return t;
+  };
+  EXPECT_EQ(train(c, *coll, log, stopping).stopped_by_signal, SIGTERM);
+  EXPECT_EQ(first.opens, 1);
+  EXPECT_EQ(first.resume_ids, std::vector<std::string>{""});
+  EXPECT_EQ(first.resumed_steps, std::vector<int64_t>{0});
+  const std::map<std::string, std::string> params(first.params.begin(), first.params.end());
+  EXPECT_EQ(params.at("model.name"), "tiny_cnn");
+  EXPECT_EQ(params.at("train.epochs"), "3");
+  EXPECT_EQ(params.at("output.dir"), out);
+  EXPECT_EQ(first.epochs, std::vector<int64_t>{1});
+  EXPECT_EQ(first.saved, std::vector<int64_t>{1});
+  EXPECT_FALSE(first.steps.empty());
+  EXPECT_EQ(first.statuses, std::vector<tracking::RunStatus>{tracking::RunStatus::kKilled});
+  const CheckpointMeta cut = read_checkpoint_meta(out + "/checkpoints/last.pt");
+  EXPECT_EQ(cut.tracker_run_ids, (std::map<std::string, std::string>{{"recorder", "run-7"}}));
+
+  TrainOptions resuming;  // train.resume: auto
+  resuming.trackers = [&second](const std::string&) {
+    std::vector<std::unique_ptr<tracking::Tracker>> t;
+    t.push_back(std::make_unique<RecordingTracker>(second, "run-7"));
+    return t;
+  };
+  EXPECT_EQ(train(c, *coll, log, resuming).epochs, 3);
+  EXPECT_EQ(second.resume_ids, std::vector<std::string>{"run-7"});
+  ASSERT_EQ(second.resumed_steps.size(), 1u);
+  EXPECT_EQ(second.resumed_steps[0], cut.step);
+  EXPECT_EQ(second.epochs, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(second.saved, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(second.statuses, std::vector<tracking::RunStatus>{tracking::RunStatus::kFinished});
+  for (const std::string file : {"/config.yaml", "/metrics.jsonl", "/log.txt", "curves/curves_loss.png"})
+    EXPECT_NE(std::find(second.artifacts.begin(), second.artifacts.end(), file), second.artifacts.end())
+        << file;
+  for (const auto& m : test::read_metrics(out)) {
+    const int64_t epoch = m["epoch"].get<int64_t>();
+    const std::map<int64_t, double>& seen = epoch == 1 ? first.val_auc_mean : second.val_auc_mean;
+    EXPECT_EQ(seen.at(epoch), m["val_auc_mean"].get<double>()) << epoch;
+  }
+  EXPECT_EQ(read_checkpoint_meta(out + "/checkpoints/last.pt").tracker_run_ids.at("recorder"), "run-7");
 }
 
 // optim.fused: auto takes the fused kernels for CUDA parameters only (torch.optim's default), so a CPU

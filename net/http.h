@@ -1,7 +1,8 @@
-// HTTP(S) through libcurl, the two requests a Hub download needs: a HEAD that does not follow redirects
-// (the Hub's answer, not the CDN's, carries the commit and the ETag) and a GET into a file from an offset
-// (HTTP Range), following redirects; and one generic request with its answer in memory (tracking/'s REST
-// calls and artifact uploads). Transport failures throw HttpError; an HTTP status is returned.
+// The HTTP(S) client, through libcurl; no LibTorch. hub/ and tracking/ use it: a HEAD that does not follow
+// redirects (the Hub's answer, not the CDN's, carries the commit and the ETag), a GET into a file from an
+// offset (HTTP Range) following redirects, and one generic request with its answer in memory (REST calls
+// and artifact uploads); and the SHA-256 a downloaded file is checked with (OpenSSL). Transport failures
+// throw HttpError; an HTTP status is returned.
 #pragma once
 
 #include <atomic>
@@ -12,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace ranzcr::hub {
+namespace ranzcr::net {
 
 struct HttpOptions {
   std::string token;              // "Authorization: Bearer <token>" when set
@@ -83,4 +84,4 @@ std::string file_sha256(const std::string& path);
 /// Whether this build can download ("libcurl 7.88.1") or only read the cache ("").
 std::string http_client_version();
 
-}  // namespace ranzcr::hub
+}  // namespace ranzcr::net

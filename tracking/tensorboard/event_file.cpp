@@ -1,4 +1,4 @@
-#include "engine/report/tensorboard_writer.h"
+#include "tracking/tensorboard/event_file.h"
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 
 namespace fs = std::filesystem;
 
-namespace ranzcr {
+namespace ranzcr::tracking {
 namespace tensorboard {
 namespace {
 
@@ -121,8 +121,6 @@ std::string encode_scalars_event(double wall_time, int64_t step, const std::vect
   return e;
 }
 
-}  // namespace tensorboard
-
 namespace {
 
 double wall_time_now() {
@@ -148,56 +146,60 @@ std::string new_event_file(const std::string& dir) {
 
 }  // namespace
 
-TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resumed_step)
-    : dir_(dir), resumed_step_(resumed_step) {
+EventFile::EventFile(const std::string& dir, int64_t resumed_step) : dir_(dir), resumed_step_(resumed_step) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   RANZCR_CHECK(fs::is_directory(dir), "cannot create the TensorBoard folder ", dir);
 }
 
-void TensorBoardWriter::open_file() {
+void EventFile::open_file() {
   path_ = new_event_file(dir_);
   out_.open(path_, std::ios::binary | std::ios::app);
   RANZCR_CHECK(out_, "cannot write TensorBoard event file ", path_);
-  write_record(tensorboard::encode_file_version_event(wall_time_now()));
-  if (resumed_step_ > 0)
-    write_record(tensorboard::encode_session_start_event(wall_time_now(), resumed_step_ + 1));
+  write_record(encode_file_version_event(wall_time_now()));
+  if (resumed_step_ > 0) write_record(encode_session_start_event(wall_time_now(), resumed_step_ + 1));
 }
 
-void TensorBoardWriter::progress(const ProgressRecord& r) {
-  write_scalars(r.step, {{"train/loss", static_cast<float>(r.loss)},
-                         {"train/lr", static_cast<float>(r.lr)},
-                         {"train/images_per_sec", static_cast<float>(r.images_per_sec)}});
-}
-
-void TensorBoardWriter::epoch(const EpochRecord& r) {
-  std::vector<tensorboard::Scalar> scalars{{"val/loss", static_cast<float>(r.val_loss)}};
-  if (!std::isnan(r.auc.mean)) scalars.push_back({"val/auc_mean", static_cast<float>(r.auc.mean)});
-  for (size_t k = 0; k < r.auc.per_class.size() && k < r.label_names.size(); ++k)
-    if (r.auc.per_class[k])
-      scalars.push_back({"val/auc/" + r.label_names[k], static_cast<float>(*r.auc.per_class[k])});
-  for (const auto& v : r.validations) {  // further weights (train.ema_decay: the EMA's)
-    scalars.push_back({"val/" + v.name + "_loss", static_cast<float>(v.loss)});
-    if (!std::isnan(v.auc.mean))
-      scalars.push_back({"val/" + v.name + "_auc_mean", static_cast<float>(v.auc.mean)});
-  }
-  for (const auto& s : r.train_scalars) {  // per epoch: train_aux_loss -> train/aux_loss
-    std::string tag = s.name;
-    if (const size_t i = tag.find('_'); i != std::string::npos) tag[i] = '/';
-    scalars.push_back({tag, static_cast<float>(s.value)});
-  }
-  write_scalars(r.step, scalars);
-}
-
-void TensorBoardWriter::write_scalars(int64_t step, const std::vector<tensorboard::Scalar>& scalars) {
+void EventFile::write_scalars(int64_t step, const std::vector<Scalar>& scalars) {
   if (!out_.is_open()) open_file();
-  write_record(tensorboard::encode_scalars_event(wall_time_now(), step, scalars));
+  write_record(encode_scalars_event(wall_time_now(), step, scalars));
 }
 
-void TensorBoardWriter::write_record(const std::string& event) {
-  out_ << tensorboard::frame_record(event);
+void EventFile::write_record(const std::string& event) {
+  out_ << frame_record(event);
   out_.flush();
   RANZCR_CHECK(out_, "cannot write TensorBoard event file ", path_);
 }
 
-}  // namespace ranzcr
+}  // namespace tensorboard
+
+std::string TensorBoardTracker::folder(const std::string& run_dir) {
+  return (fs::path(run_dir) / "tensorboard").string();
+}
+
+bool TensorBoardTracker::open(const RunStart& start) {
+  file_ = std::make_unique<tensorboard::EventFile>(folder(start.run_dir), start.resumed_step);
+  return true;
+}
+
+void TensorBoardTracker::write(int64_t step, const std::vector<Figure>& figures) {
+  std::vector<tensorboard::Scalar> scalars;
+  for (const auto& f : figures)
+    if (!std::isnan(f.value)) scalars.push_back({f.key, static_cast<float>(f.value)});
+  if (file_ && !scalars.empty()) file_->write_scalars(step, scalars);
+}
+
+void TensorBoardTracker::log_step(int64_t step, const std::vector<Figure>& figures) {
+  write(step, figures);
+}
+
+void TensorBoardTracker::log_epoch(const EpochFigures& figures) {
+  write(figures.step, figures.curves);
+}
+
+void TensorBoardTracker::clear(const std::string& run_dir) {
+  std::error_code ec;
+  fs::remove_all(folder(run_dir), ec);
+}
+
+}  // namespace ranzcr::tracking

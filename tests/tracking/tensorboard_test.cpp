@@ -1,4 +1,4 @@
-#include "engine/report/tensorboard_writer.h"
+#include "tracking/tensorboard/event_file.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 
 #include "tests/test_util.h"
 
-namespace ranzcr {
+namespace ranzcr::tracking {
 namespace {
 
 // A tiny reader of what the writer writes: TFRecord frames and the Event fields used.
@@ -145,11 +145,12 @@ TEST(TensorBoardTest, WriterFilesStartWithTheVersionAndNeverOverwrite) {
   const std::string tb = dir / "tensorboard";
   std::string first;
   {
-    TensorBoardWriter w(tb);
+    TensorBoardTracker w;
+    RunStart start;
+    start.run_dir = dir.str();
+    ASSERT_TRUE(w.open(start));
     EXPECT_TRUE(std::filesystem::is_empty(tb));  // no file before the first record
-    ProgressRecord p;
-    p.step = 10, p.loss = 0.5, p.lr = 1e-3, p.images_per_sec = 100;
-    w.progress(p);
+    w.log_step(10, {{"train/loss", 0.5}, {"train/lr", 1e-3}, {"train/images_per_sec", 100}});
     first = w.path();
     EXPECT_EQ(std::filesystem::path(first).filename().string().rfind("events.out.tfevents.", 0), 0u);
     // Flushed: readable while the writer is still open.
@@ -162,7 +163,7 @@ TEST(TensorBoardTest, WriterFilesStartWithTheVersionAndNeverOverwrite) {
     EXPECT_EQ(e.scalars[1].tag, "train/lr");
     EXPECT_EQ(e.scalars[1].value, 1e-3f);
   }
-  TensorBoardWriter again(tb, /*resumed_step=*/8);  // a resumed run: a second file beside the first
+  tensorboard::EventFile again(tb, /*resumed_step=*/8);  // a resumed run: a second file beside the first
   again.write_scalars(9, {{"train/loss", 0.25f}});
   EXPECT_NE(again.path(), first);
   EXPECT_EQ(read_records(test::read_file(first)).size(), 2u);
@@ -173,4 +174,4 @@ TEST(TensorBoardTest, WriterFilesStartWithTheVersionAndNeverOverwrite) {
 }
 
 }  // namespace
-}  // namespace ranzcr
+}  // namespace ranzcr::tracking

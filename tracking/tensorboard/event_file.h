@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/report/metrics_writer.h"
+#include "tracking/tracker.h"
 
-namespace ranzcr {
+namespace ranzcr::tracking {
 namespace tensorboard {
 
 /// CRC-32C (Castagnoli, reflected polynomial 0x82f63b78), as TFRecord uses it.
@@ -36,25 +36,18 @@ std::string encode_session_start_event(double wall_time, int64_t step);
 /// A serialized Event holding a Summary of simple_value scalars at `step`.
 std::string encode_scalars_event(double wall_time, int64_t step, const std::vector<Scalar>& scalars);
 
-}  // namespace tensorboard
-
-/// Rank 0's TensorBoard sink: one event file per run (or resumed run) in `dir`, named like TensorFlow's
-/// (events.out.tfevents.<unix seconds>.<hostname>.<pid>.<n>), created with the first record (a finished
-/// run started again adds none) and flushed after every event so a crash leaves a readable file. Progress
-/// records give train/loss, train/lr, train/images_per_sec; epoch records give val/loss, val/auc_mean and
-/// val/auc/<label> (undefined AUCs are left out), with train.ema_decay also val/ema_loss and
-/// val/ema_auc_mean; x = optimizer step.
-class TensorBoardWriter : public MetricsWriter {
+/// One event file per run (or resumed run) in a folder, named like TensorFlow's
+/// (events.out.tfevents.<unix seconds>.<hostname>.<pid>.<n>), created with the first event (a finished run
+/// started again adds none) and flushed after every event so that a crash leaves a readable file.
+class EventFile {
  public:
   /// Creates `dir` if needed; throws std::runtime_error when it cannot.
   /// `resumed_step` > 0: a run resumed from a checkpoint at that optimizer step; a session START at the
   /// next step makes TensorBoard drop what the interrupted run wrote after its checkpoint.
-  explicit TensorBoardWriter(const std::string& dir, int64_t resumed_step = 0);
-  void progress(const ProgressRecord& r) override;
-  void epoch(const EpochRecord& r) override;
+  explicit EventFile(const std::string& dir, int64_t resumed_step = 0);
   /// Appends one scalars event and flushes.
-  void write_scalars(int64_t step, const std::vector<tensorboard::Scalar>& scalars);
-  /// The event file ("" before the first record).
+  void write_scalars(int64_t step, const std::vector<Scalar>& scalars);
+  /// The event file ("" before the first event).
   const std::string& path() const { return path_; }
 
  private:
@@ -66,4 +59,31 @@ class TensorBoardWriter : public MetricsWriter {
   std::ofstream out_;
 };
 
-}  // namespace ranzcr
+}  // namespace tensorboard
+
+/// TensorBoard as a Tracker: the event files of <run>/tensorboard. The training figures (train/loss,
+/// train/lr, train/images_per_sec) and the epochs' curves (val/loss, val/auc_mean, val/auc/<label>, the
+/// further validations' and features' figures) as scalars at x = optimizer step; undefined values (NaN) are
+/// left out. A new event file per start; a resumed run's tells TensorBoard to drop what came after the
+/// checkpoint. No run id, no files, no status.
+class TensorBoardTracker : public Tracker {
+ public:
+  /// <run>/tensorboard.
+  static std::string folder(const std::string& run_dir);
+
+  std::string name() const override { return "tensorboard"; }
+  bool open(const RunStart& start) override;
+  void log_step(int64_t step, const std::vector<Figure>& figures) override;
+  void log_epoch(const EpochFigures& figures) override;
+  void finish(RunStatus) override { file_.reset(); }
+  /// Removes <run_dir>/tensorboard.
+  void clear(const std::string& run_dir) override;
+  /// The event file ("" before the first event).
+  std::string path() const { return file_ ? file_->path() : ""; }
+
+ private:
+  void write(int64_t step, const std::vector<Figure>& figures);
+  std::unique_ptr<tensorboard::EventFile> file_;
+};
+
+}  // namespace ranzcr::tracking

@@ -1,5 +1,5 @@
 // MlflowClient: MLflow's REST API (api/2.0/mlflow) and artifact proxy (api/2.0/mlflow-artifacts) over
-// hub::http_send, one call at a time; and the request bodies RunLogger and the spool file share.
+// net::http_send, one call at a time; and the request bodies RunLogger and the spool file share.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/printable.h"
-#include "hub/http.h"
-#include "tracking/mlflow.h"
-#include "tracking/requests.h"
+#include "net/http.h"
+#include "tracking/mlflow/mlflow.h"
+#include "tracking/mlflow/requests.h"
 
 namespace ranzcr::tracking {
 
@@ -43,8 +43,8 @@ std::string percent_encode(const std::string& s, bool keep_slash) {
   return out;
 }
 
-hub::HttpOptions http_options(const MlflowServer& s) {
-  hub::HttpOptions o;
+net::HttpOptions http_options(const MlflowServer& s) {
+  net::HttpOptions o;
   o.token = s.token;
   if (s.token.empty() && !s.username.empty()) o.basic_auth = s.username + ":" + s.password;
   o.connect_timeout_s = s.connect_timeout_s;
@@ -62,10 +62,9 @@ std::pair<std::string, std::string> error_of(const std::string& body) {
   return {"", body};
 }
 
-[[noreturn]] void fail_status(const MlflowServer& s, const std::string& what, const hub::HttpReply& reply) {
+[[noreturn]] void fail_status(const MlflowServer& s, const std::string& what, const net::HttpReply& reply) {
   auto [code, message] = error_of(reply.body);
-  std::string line = "MLflow tracking server " + detail::shown_uri(s.uri) + ": " + what + ": HTTP " +
-                     std::to_string(reply.status);
+  std::string line = detail::server_name(s.uri) + ": " + what + ": HTTP " + std::to_string(reply.status);
   if (reply.status == 401 || reply.status == 403)
     line += " (check MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN)";
   if (!code.empty()) line += " " + code;
@@ -73,22 +72,21 @@ std::pair<std::string, std::string> error_of(const std::string& body) {
   throw MlflowError(printable(line, 600), reply.status, code);
 }
 
-[[noreturn]] void fail_no_answer(const MlflowServer& s, const std::string& url, const hub::HttpError& e) {
-  std::string detail = e.what();
-  if (detail.rfind(url + ": ", 0) == 0) detail = detail.substr(url.size() + 2);
-  throw MlflowError("MLflow tracking server " + detail::shown_uri(s.uri) + ": no answer (" + detail + ")", 0);
+[[noreturn]] void fail_no_answer(const MlflowServer& s, const std::string& url, const net::HttpError& e) {
+  std::string why = e.what();
+  if (why.rfind(url + ": ", 0) == 0) why = why.substr(url.size() + 2);
+  throw MlflowError(detail::server_name(s.uri) + ": no answer (" + why + ")", 0);
 }
 
 // Sends `request` to the server; the reply of a 2xx, MlflowError otherwise. `what` names the call.
-hub::HttpReply send(const MlflowServer& s, hub::HttpRequest request, const std::string& what) {
-  hub::HttpReply reply;
+net::HttpReply send(const MlflowServer& s, net::HttpRequest request, const std::string& what) {
+  net::HttpReply reply;
   request.cancel = cancel_flag;
   try {
-    reply = hub::http_send(request, http_options(s));
-  } catch (const hub::HttpError& e) {
+    reply = net::http_send(request, http_options(s));
+  } catch (const net::HttpError& e) {
     if (e.write_error())  // the local file, not the server: a retry would not help
-      throw MlflowError("MLflow tracking server " + detail::shown_uri(s.uri) + ": " + what + ": " + e.what(),
-                        400);
+      throw MlflowError(detail::server_name(s.uri) + ": " + what + ": " + e.what(), 400);
     fail_no_answer(s, request.url, e);
   }
   if (reply.status < 200 || reply.status > 299) fail_status(s, what, reply);
@@ -101,7 +99,7 @@ auto from_answer(const MlflowServer& s, const std::string& endpoint, const std::
   try {
     return read(json::parse(answer));
   } catch (const json::exception& e) {
-    throw MlflowError("MLflow tracking server " + detail::shown_uri(s.uri) + ": " + endpoint +
+    throw MlflowError(detail::server_name(s.uri) + ": " + endpoint +
                           " answered without what MLflow's API returns (" + e.what() + ")",
                       200);
   }
@@ -204,8 +202,8 @@ void set_thread_cancel_flag(const std::atomic<bool>* flag) {
   cancel_flag = flag;
 }
 
-std::string json_line(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+std::string server_name(const std::string& uri) {
+  return "MLflow tracking server " + shown_uri(uri);
 }
 
 }  // namespace detail
@@ -216,7 +214,7 @@ MlflowClient::MlflowClient(MlflowServer server) : server_(std::move(server)) {
 
 std::string MlflowClient::call(const std::string& method, const std::string& endpoint,
                                const std::string& json_or_query) {
-  hub::HttpRequest request;
+  net::HttpRequest request;
   request.method = method;
   request.url = server_.uri + "/api/2.0/mlflow/" + endpoint;
   request.timeout_s = server_.connect_timeout_s + server_.request_timeout_s;
@@ -226,10 +224,10 @@ std::string MlflowClient::call(const std::string& method, const std::string& end
     request.headers.push_back("Content-Type: application/json");
     request.body = json_or_query.empty() ? "{}" : json_or_query;
   }
-  const hub::HttpReply reply = send(server_, request, method + " " + endpoint);
+  const net::HttpReply reply = send(server_, request, method + " " + endpoint);
   const json answer = json::parse(reply.body.empty() ? "{}" : reply.body, nullptr, false);
   if (answer.is_discarded())
-    throw MlflowError("MLflow tracking server " + detail::shown_uri(server_.uri) + ": " + endpoint +
+    throw MlflowError(detail::server_name(server_.uri) + ": " + endpoint +
                           " answered something other than JSON (is this the tracking server's URI?)",
                       reply.status);
   return answer.dump();
@@ -261,8 +259,7 @@ RunInfo MlflowClient::create_run(const std::string& experiment_id, const std::st
                {"start_time", start_time_ms},
                {"tags", key_values(tags, kMaxTagValueLength)}};
   if (!run_name.empty()) body["run_name"] = run_name;
-  return from_answer(server_, "runs/create", call("POST", "runs/create", detail::json_line(body)),
-                     run_info_of);
+  return from_answer(server_, "runs/create", call("POST", "runs/create", json_line(body)), run_info_of);
 }
 
 RunInfo MlflowClient::get_run(const std::string& run_id) {
@@ -276,7 +273,7 @@ void MlflowClient::update_run(const std::string& run_id, RunStatus status, int64
 
 void MlflowClient::log_batch(const std::string& run_id, const std::vector<Metric>& metrics,
                              const std::vector<KeyValue>& params, const std::vector<KeyValue>& tags) {
-  call("POST", "runs/log-batch", detail::json_line(detail::batch_body(run_id, metrics, params, tags)));
+  call("POST", "runs/log-batch", json_line(detail::batch_body(run_id, metrics, params, tags)));
 }
 
 void MlflowClient::upload_artifact(const std::string& artifact_uri, const std::string& local_path,
@@ -284,8 +281,7 @@ void MlflowClient::upload_artifact(const std::string& artifact_uri, const std::s
   const std::string scheme = "mlflow-artifacts:";
   if (artifact_uri.rfind(scheme, 0) != 0)
     throw MlflowError(
-        "MLflow tracking server " + detail::shown_uri(server_.uri) + ": the run's artifact URI " +
-            artifact_uri +
+        detail::server_name(server_.uri) + ": the run's artifact URI " + artifact_uri +
             " is not proxied by the server (mlflow-artifacts:/); start it with --serve-artifacts",
         0);
   std::string path = artifact_uri.substr(scheme.size());
@@ -297,7 +293,7 @@ void MlflowClient::upload_artifact(const std::string& artifact_uri, const std::s
   while (!path.empty() && path.back() == '/') path.pop_back();
   std::string rest = artifact_path;
   while (!rest.empty() && rest.front() == '/') rest.erase(0, 1);
-  hub::HttpRequest request;
+  net::HttpRequest request;
   request.method = "PUT";
   request.url = server_.uri + "/api/2.0/mlflow-artifacts/artifacts/" + percent_encode(path, true) + "/" +
                 percent_encode(rest, true);

@@ -1,9 +1,10 @@
-// MLflow tracking through its documented REST API (api/2.0/mlflow, libcurl through hub/http.h): experiments,
+// MLflow tracking through its documented REST API (api/2.0/mlflow, libcurl through net/http.h): experiments,
 // runs, log-batch, run status, and artifacts uploaded through the tracking server's artifact proxy
 // (api/2.0/mlflow-artifacts, what remote Python clients use for mlflow-artifacts:/ URIs). No LibTorch.
 //
 // MlflowClient makes one call at a time on the caller's thread; RunLogger (below) queues a run's logging
-// and sends it from its own thread, batched, retried, and spooled to a file when the server stays away.
+// and sends it from its own thread, batched, through tracking/delivery.h (retried, and spooled to a file when
+// the server stays away).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tracking/delivery.h"
+#include "tracking/tracker.h"
 
 namespace ranzcr::tracking {
 
@@ -28,14 +32,15 @@ struct MlflowServer {
 
 /// A call that failed: no answer (`status` 0: refused, unresolved, timed out, cut off) or an HTTP error
 /// status with MLflow's error_code ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", ...) and message.
-class MlflowError : public std::runtime_error {
+/// Worth trying again later (DeliveryError::retriable): no answer, 408, 429 or a 5xx.
+class MlflowError : public DeliveryError {
  public:
   MlflowError(const std::string& message, long status, std::string error_code = "")
-      : std::runtime_error(message), status_(status), error_code_(std::move(error_code)) {}
+      : DeliveryError(message, status == 0 || status == 408 || status == 429 || status >= 500),
+        status_(status),
+        error_code_(std::move(error_code)) {}
   long status() const { return status_; }
   const std::string& error_code() const { return error_code_; }
-  /// Worth trying again later: no answer, 408, 429 or a 5xx.
-  bool retriable() const { return status_ == 0 || status_ == 408 || status_ == 429 || status_ >= 500; }
 
  private:
   long status_;
@@ -48,7 +53,6 @@ struct Metric {
   int64_t timestamp_ms = 0;
   int64_t step = 0;
 };
-using KeyValue = std::pair<std::string, std::string>;  // a param or a tag
 
 /// MLflow's limits (mlflow/utils/validation.py of 3.x): per log-batch call, and per key/value.
 inline constexpr size_t kMaxMetricsPerBatch = 1000, kMaxParamsPerBatch = 100, kMaxTagsPerBatch = 100,
@@ -67,7 +71,6 @@ struct RunInfo {
   std::vector<KeyValue> params, tags;
 };
 
-enum class RunStatus { kRunning, kFinished, kFailed, kKilled };
 const char* status_name(RunStatus s);  // "RUNNING", "FINISHED", ...
 
 class MlflowClient {
@@ -101,19 +104,15 @@ class MlflowClient {
   MlflowServer server_;
 };
 
-/// What RunLogger does when the server does not answer.
-struct RunLoggerOptions {
-  std::string spool_path;                        // requests not delivered are appended here (JSON lines)
-  double retry_seconds = 10;                     // retries with backoff (0.25 s doubling) before spooling one
-  double probe_seconds = 30;                     // once spooling, try the server again after this long
-  std::function<void(const std::string&)> warn;  // one line when spooling starts, and for refused requests
-};
+/// What RunLogger does when the server does not answer: its spool file, retries and probes.
+using RunLoggerOptions = DeliveryOptions;
 
-/// A run's logging off the caller's thread. Calls return at once; requests are sent in order by one
-/// thread, consecutive metrics/params/tags merged into log-batch calls within the limits. A request the
-/// server does not answer (MlflowError::retriable) is retried with backoff for retry_seconds, then it and
-/// every later request go to the spool file (one warning) until a probe gets through again; a request the
-/// server refuses (4xx) is dropped with a warning, not spooled. Nothing here blocks or throws to the caller.
+/// A run's logging off the caller's thread (tracking/delivery.h). Calls return at once; requests are sent in
+/// order by one thread, consecutive metrics/params/tags merged into log-batch calls within the limits. A
+/// request the server does not answer (MlflowError::retriable) is retried with backoff for retry_seconds,
+/// then it and every later request go to the spool file (one warning) until a probe gets through again; a
+/// request the server refuses (4xx) is dropped with a warning, not spooled. Nothing here blocks or throws to
+/// the caller.
 class RunLogger {
  public:
   RunLogger(MlflowClient client, RunInfo run, RunLoggerOptions options);
@@ -145,16 +144,7 @@ class RunLogger {
   std::unique_ptr<State> state_;
 };
 
-/// What replay_spool did.
-struct SpoolReplay {
-  int64_t sent = 0;     // requests delivered (and removed from the file)
-  int64_t refused = 0;  // requests the server refused (4xx: removed, with a warning each)
-  int64_t left = 0;     // requests still in the file (the server stopped answering)
-};
-
-/// Sends the requests of the spool file `spool_path` in order with `client`; those delivered or refused
-/// leave the file (rewritten atomically; removed when empty). Stops at the first request the server does not
-/// answer. No file: nothing to do. Throws std::runtime_error for a file that is not a spool (one line).
+/// An MLflow spool file replayed with `client` (tracking/delivery.h's replay_spool).
 SpoolReplay replay_spool(MlflowClient& client, const std::string& spool_path,
                          const std::function<void(const std::string&)>& warn);
 

@@ -1,5 +1,5 @@
-// Internal to tracking/: the requests that RunLogger sends and the spool file keeps, as self-contained JSON
-// objects, one per spool line:
+// Internal to tracking/mlflow/: the requests that RunLogger sends and the spool file keeps, as self-contained
+// JSON objects, one per spool line:
 //   {"op":"log-batch","run_id":"…","body":{…runs/log-batch body…}}
 //   {"op":"update","run_id":"…","body":{…runs/update body…}}
 //   {"op":"upload","artifact_uri":"mlflow-artifacts:/…","file":"/abs/path","path":"dir/name"}
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tracking/mlflow.h"
+#include "tracking/mlflow/mlflow.h"
 
 namespace ranzcr::tracking::detail {
 
@@ -29,22 +29,29 @@ nlohmann::json update_request(const std::string& run_id, nlohmann::json body);
 nlohmann::json upload_request(const std::string& artifact_uri, const std::string& file,
                               const std::string& path);
 
-/// Sends one request. MlflowError from the server or for a request that is not one of the three (status
-/// 400: not worth a retry); a local file that cannot be read is an MlflowError with status 400 too.
-void send_request(MlflowClient& client, const nlohmann::json& request);
+/// The MLflow server as Delivery sends to it: one of the three requests at a time, through `client`.
+class MlflowCourier : public Courier {
+ public:
+  explicit MlflowCourier(MlflowClient client) : client_(std::move(client)) {}
+  std::string server_name() const override;
+  bool is_request(const nlohmann::json& j) const override;
+  /// MlflowError from the server, or for a request that is not one of the three (status 400: not worth a
+  /// retry); a local file that cannot be read is an MlflowError with status 400 too.
+  void send(const nlohmann::json& request) override;
+  void cancel_sends_when(const std::atomic<bool>* flag) override;
+
+ private:
+  MlflowClient client_;
+};
+
+/// "MLflow tracking server <uri without user:password@>", as every message names the server.
+std::string server_name(const std::string& uri);
 
 /// The MlflowClient calls of this thread fail (no answer, "cancelled") within about a second once `*flag`
-/// turns true; nullptr: never. RunLogger's thread sets it so that close() can abandon a call in flight.
+/// turns true; nullptr: never.
 void set_thread_cancel_flag(const std::atomic<bool>* flag);
 
 /// `uri` without any user:password@ in it, for messages.
 std::string shown_uri(const std::string& uri);
-
-/// One line of JSON (invalid UTF-8 replaced, never a throw for it).
-std::string json_line(const nlohmann::json& j);
-
-/// Appends `request` as one line to the spool file `path` (core/durable_file.h's append_line, under the
-/// spool's lock). Throws std::runtime_error naming the file when it cannot.
-void append_to_spool(const std::string& path, const nlohmann::json& request);
 
 }  // namespace ranzcr::tracking::detail

@@ -1,4 +1,4 @@
-// hub/http.h through libcurl.
+// net/http.h through libcurl.
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
@@ -17,9 +17,9 @@
 
 #include "core/check.h"
 #include "core/write_all.h"
-#include "hub/http.h"
+#include "net/http.h"
 
-namespace ranzcr::hub {
+namespace ranzcr::net {
 
 namespace {
 
@@ -316,4 +316,4 @@ std::string http_client_version() {
   return std::string("libcurl ") + v->version;
 }
 
-}  // namespace ranzcr::hub
+}  // namespace ranzcr::net

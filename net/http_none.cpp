@@ -1,9 +1,9 @@
-// hub/http.h in a build without libcurl (the offline bundle's, for hosts with no network): the Hub cache
+// net/http.h in a build without libcurl (the offline bundle's, for hosts with no network): the Hub cache
 // is read as usual, and a file that is not there is one error line saying how to bring it.
 #include "core/check.h"
-#include "hub/http.h"
+#include "net/http.h"
 
-namespace ranzcr::hub {
+namespace ranzcr::net {
 
 namespace {
 [[noreturn]] void no_client(const std::string& url) {
@@ -40,4 +40,4 @@ std::string http_client_version() {
   return "";
 }
 
-}  // namespace ranzcr::hub
+}  // namespace ranzcr::net
