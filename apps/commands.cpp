@@ -1,5 +1,6 @@
 // The subcommands: each reads its config, then runs a job (processes.h) whose body calls the engine.
 #include "apps/commands.h"
+#include "core/text.h"
 
 #include "apps/hub_weights.h"
 #include "apps/trackers.h"
@@ -315,6 +316,9 @@ ServeOptions serve_options(const ServeArgs& args, const Config& config,
   o.model_name = args.model_name;
   o.server_version = RANZCR_VERSION;
   o.decode_threads = std::max(1, config.data.num_workers);
+  // The limits in answers and log lines as the user set them (apps/main.cpp's flags).
+  o.limit_names = {"--timeout-ms",     "--header-timeout-s", "--max-header-kb",  "--max-body-mb",
+                   "--body-timeout-s", "--body-min-kbps",    "--max-connections"};
   if (!args.token_file.empty()) o.token = read_token(args.token_file);
   if (thresholds) {
     o.operating_point = thresholds->point;
@@ -488,10 +492,6 @@ int run_plot(const PlotArgs& args) {
 }
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 int export_to_onnx(const ExportArgs& args) {
   const std::vector<std::string> paths = args.checkpoints_from.empty()

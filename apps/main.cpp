@@ -14,6 +14,7 @@
 #include "apps/trackers.h"
 #include "core/text.h"
 #include "engine/io/run_folder.h"
+#include "engine/report/roc_curves.h"
 
 namespace {
 
@@ -50,6 +51,15 @@ struct Commands {
 
   void add(CLI::App* sub, std::function<int()> run) { runs.emplace_back(sub, std::move(run)); }
 };
+
+// --at: the operating point of --thresholds' operating_points.csv, one of those evaluate writes.
+void add_operating_point_option(CLI::App* sub, std::string& at) {
+  std::vector<std::string> names = ranzcr::operating_point_names();
+  const std::string last = names.back();
+  names.pop_back();
+  sub->add_option("--at", at, "Its operating point: " + ranzcr::join(names, ", ") + " or " + last)
+      ->check(CLI::IsMember(ranzcr::operating_point_names()));
+}
 
 // --config (required), --set and --nproc-per-node: what every job of one config file takes.
 template <class Args>
@@ -98,8 +108,7 @@ void add_evaluate_predict(CLI::App& app, Commands& c) {
   p->add_option("--out", c.pred.out, "Submission CSV to write")->required();
   p->add_option("--thresholds", c.pred.thresholds,
                 "operating_points.csv (from evaluate): add a 0/1 column per label, LABEL:POINT");
-  p->add_option("--at", c.pred.at, "Its operating point: youden, sens90, sens95, spec90 or spec95")
-      ->check(CLI::IsMember({"youden", "sens90", "sens95", "spec90", "spec95"}));
+  add_operating_point_option(p, c.pred.at);
   p->add_option("--cam", c.pred.cam_dir, "Write a Grad-CAM overlay PNG per image into this folder");
   p->add_option("--cam-labels", c.pred.cam_labels, "Labels of --cam: all, top1 (default) or label names")
       ->expected(1, -1);
@@ -113,8 +122,7 @@ void add_serve(CLI::App& app, Commands& c) {
   s->remove_option(s->get_option("--nproc-per-node"));
   s->add_option("--thresholds", a.models.thresholds,
                 "operating_points.csv (from evaluate): a 0/1 decision per label in each answer");
-  s->add_option("--at", a.models.at, "Its operating point: youden, sens90, sens95, spec90 or spec95")
-      ->check(CLI::IsMember({"youden", "sens90", "sens95", "spec90", "spec95"}));
+  add_operating_point_option(s, a.models.at);
   s->add_option("--host", a.host, "Address to listen on (default 127.0.0.1: this machine only)");
   s->add_option("--port", a.port, "Port (0: any free one, named in the log)")->check(CLI::Range(0, 65535));
   s->add_option("--max-batch", a.max_batch, "Images per model batch, at most")->check(CLI::Range(1, 4096));

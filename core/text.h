@@ -1,5 +1,6 @@
 // Lists of names written as one piece of text: "a, b, c" in a message, or one name a line in a file; the
-// first line of a longer text (an exception's message, whose backtrace follows on the next lines).
+// first line of a longer text (an exception's message, whose backtrace follows on the next lines); a
+// suffix test.
 #pragma once
 
 #include <string>
@@ -16,6 +17,11 @@ inline std::string join(const std::vector<std::string>& parts, std::string_view 
     out += parts[i];
   }
   return out;
+}
+
+/// Whether `s` ends with `suffix`.
+inline bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// `s` up to its first newline (all of it when it has none).

@@ -32,6 +32,14 @@
 namespace ranzcr::test {
 
 /// True under CI (CI=true, as .ci/run sets it).
+/// The python that runs a test's Python reference: `env_override`'s value when that variable is set, else the
+/// project's .venv python (scripts/setup.sh puts the reference packages there), else python3.
+inline std::string python(const char* env_override = nullptr) {
+  if (const char* env = env_override ? std::getenv(env_override) : nullptr) return env;
+  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
+  return std::filesystem::exists(venv) ? venv : "python3";
+}
+
 inline bool in_ci() {
   const char* ci = std::getenv("CI");
   return ci && std::string(ci) == "true";

@@ -25,11 +25,9 @@ std::vector<std::string> detail::split_names(const char* names) {
 
 namespace {
 
-// Calls `v(key, field)` for every config field. One table drives parsing, key listing and emission.
+// Calls `v(key, field)` for every data.* field (visit_fields' first part).
 template <class Visitor>
-void visit_fields(Config& c, Visitor&& v) {
-  v("seed", c.seed);
-  auto& d = c.data;
+void visit_data_fields(DataConfig& d, Visitor&& v) {
   v("data.root", d.root);
   v("data.train_csv", d.train_csv);
   v("data.image_dir", d.image_dir);
@@ -59,6 +57,13 @@ void visit_fields(Config& c, Visitor&& v) {
   v("data.dicom.window", d.dicom.window);
   v("data.dicom.timeout_seconds", d.dicom.timeout_seconds);
   v("data.dicom.memory_limit_mb", d.dicom.memory_limit_mb);
+}
+
+// Calls `v(key, field)` for every config field. One table drives parsing, key listing and emission.
+template <class Visitor>
+void visit_fields(Config& c, Visitor&& v) {
+  v("seed", c.seed);
+  visit_data_fields(c.data, v);
   auto& s = c.synth;
   v("synth.generate_if_missing", s.generate_if_missing);
   v("synth.root", s.root);

@@ -1,4 +1,5 @@
 #include "engine/io/pretrained.h"
+#include "core/text.h"
 
 #include <torch/torch.h>
 
@@ -21,10 +22,6 @@ std::string shape_str(const torch::Tensor& t) {
   std::string s = "[";
   for (int64_t i = 0; i < t.dim(); ++i) s += (i ? "," : "") + std::to_string(t.size(i));
   return s + "]";
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// timm's adapt_input_conv: [O, I, kh, kw] weights for `in_chans` input channels.

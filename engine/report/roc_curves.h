@@ -36,6 +36,12 @@ struct OperatingPoint {
   double threshold = 0, sensitivity = 0, specificity = 0, ppv = 0, npv = 0;
 };
 
+/// Their names, in the order operating_points gives them.
+inline const std::vector<std::string>& operating_point_names() {
+  static const std::vector<std::string> names{"youden", "sens90", "sens95", "spec90", "spec95"};
+  return names;
+}
+
 /// The operating points of the ROC curve's thresholds (drop_intermediate=false, +inf left out):
 ///   youden: the largest sensitivity + specificity - 1 (the highest threshold among ties);
 ///   sensNN: the highest threshold with sensitivity >= 0.NN (the best specificity there);

@@ -53,6 +53,11 @@ bool from_parser(const error_code& ec) {
   return ec.category() == http::make_error_code(http::error::bad_version).category();
 }
 
+// The peer went (reset, EOF, a message cut off): nobody to answer.
+bool peer_went(const error_code& ec) {
+  return ec == http::error::end_of_stream || ec == http::error::partial_message || (ec && !from_parser(ec));
+}
+
 // Our words for a request the parser refused (never the library's text).
 std::string malformed(const error_code& ec) {
   if (ec == http::error::bad_version) return "malformed request: not HTTP/1.0 or HTTP/1.1";
@@ -101,6 +106,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void answer(uint64_t gen, HttpResponse res);
   void write(HttpResponse res, bool keep_alive);
   void fail(int status, const std::string& message);
+  void fail_too_large();  // 413: the body is past the limit
+  const LimitNames& names() const;
   void linger_close();
   void close();
   void arm(std::chrono::steady_clock::time_point at, const char* kind);
@@ -220,7 +227,7 @@ void Session::disarm() {
 
 void Session::on_deadline(const char* kind) {
   if (std::string(kind) == "answer") {
-    answer(request_gen_, error_response(504, "timed out: no answer within --timeout-ms (" +
+    answer(request_gen_, error_response(504, "timed out: no answer within " + names().timeout + " (" +
                                                  std::to_string(server_.options.timeout.count()) + " ms)"));
     return;
   }
@@ -267,24 +274,17 @@ void Session::on_header(error_code ec) {
       return close();
     }
     server_.metrics.limit("header_timeout");
-    return fail(408, "the request header did not arrive within --header-timeout-s (" +
+    return fail(408, "the request header did not arrive within " + names().header_timeout + " (" +
                          seconds_text(o.header_timeout) + ")");
   }
   disarm();
-  if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
-      (ec && !from_parser(ec)))  // the peer went: reset, EOF, ...
-    return close();
+  if (peer_went(ec)) return close();
   if (ec == http::error::header_limit) {
     server_.metrics.limit("header_size");
-    return fail(431, "the request header is larger than --max-header-kb (" +
+    return fail(431, "the request header is larger than " + names().max_header + " (" +
                          std::to_string(o.max_header_bytes >> 10) + " KiB)");
   }
-  if (ec == http::error::body_limit) {
-    server_.metrics.limit("body_size");
-    server_.metrics.error("too_large");
-    return fail(413,
-                "the body is larger than --max-body-mb (" + std::to_string(o.max_body_bytes >> 20) + " MiB)");
-  }
+  if (ec == http::error::body_limit) return fail_too_large();
   if (ec) {
     server_.metrics.error("bad_request");
     return fail(400, malformed(ec));
@@ -357,23 +357,17 @@ void Session::on_body(error_code ec) {
   const ServeOptions& o = server_.options;
   if (timed_out_ && std::string(timed_out_) == "request_timeout") {
     server_.metrics.error("deadline");
-    return fail(504, "timed out: the body was still arriving --timeout-ms (" +
+    return fail(504, "timed out: the body was still arriving " + names().timeout + " (" +
                          std::to_string(o.timeout.count()) + " ms) after the header");
   }
   if (timed_out_) {
     server_.metrics.limit("body_timeout");
-    return fail(408, "the body did not arrive in time (--body-timeout-s " + seconds_text(o.body_timeout) +
-                         ", then at least --body-min-kbps " + std::to_string(o.body_min_rate >> 10) + ")");
+    return fail(408, "the body did not arrive in time (" + names().body_timeout + " " +
+                         seconds_text(o.body_timeout) + ", then at least " + names().body_min_rate + " " +
+                         std::to_string(o.body_min_rate >> 10) + ")");
   }
-  if (ec == http::error::body_limit) {
-    server_.metrics.limit("body_size");
-    server_.metrics.error("too_large");
-    return fail(413,
-                "the body is larger than --max-body-mb (" + std::to_string(o.max_body_bytes >> 20) + " MiB)");
-  }
-  if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
-      (ec && !from_parser(ec)))  // the peer went: reset, EOF, ...
-    return close();
+  if (ec == http::error::body_limit) return fail_too_large();
+  if (peer_went(ec)) return close();
   if (ec) {
     server_.metrics.error("bad_request");
     return fail(400, malformed(ec));
@@ -443,6 +437,17 @@ void Session::write(HttpResponse res, bool keep_alive) {
 }
 
 // An answer that ends the connection (errors of the request's framing, 408, 413, 431): written, then closed.
+const LimitNames& Session::names() const {
+  return server_.options.limit_names;
+}
+
+void Session::fail_too_large() {
+  server_.metrics.limit("body_size");
+  server_.metrics.error("too_large");
+  fail(413, "the body is larger than " + names().max_body + " (" +
+                std::to_string(server_.options.max_body_bytes >> 20) + " MiB)");
+}
+
 void Session::fail(int status, const std::string& message) {
   request_ = HttpRequest{};  // lets go of its hold
   parser_.reset();
@@ -576,7 +581,7 @@ int connection_cap(const ServeOptions& options, RunLog& log) {
   if (room >= options.max_connections) return options.max_connections;
   const int cap = static_cast<int>(std::max(16LL, room));
   log.warn("serve: the file limit (ulimit -n " + std::to_string(files.rlim_cur) + ") allows " +
-           std::to_string(cap) + " connections, not --max-connections " +
+           std::to_string(cap) + " connections, not " + options.limit_names.max_connections + " " +
            std::to_string(options.max_connections));
   return cap;
 }
@@ -622,9 +627,10 @@ int serve_http(const std::function<std::unique_ptr<ServedModels>()>& load, const
     service.stop();
     throw;
   }
-  log.info("serving on " + url + " (page at " + url + "/, API POST " + url + "/v1/predict, Open Inference " +
-           "Protocol at " + url + "/v2/models/" + options.model_name + "; up to " +
-           std::to_string(server.max_connections) + " connections)");
+  const auto [predict, model] = Service::api_paths(options.model_name);
+  log.info("serving on " + url + " (page at " + url + "/, API POST " + url + predict + ", Open Inference " +
+           "Protocol at " + url + model + "; up to " + std::to_string(server.max_connections) +
+           " connections)");
   server.join();  // returns once stopped and every connection has had its answer
   done = true;
   watcher.join();

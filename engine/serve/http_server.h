@@ -2,13 +2,8 @@
 // (Boost.Beast on Asio): a connection costs a socket and a few KB, never a thread; a few I/O threads read and
 // write, uploads are decoded on the decode threads, the models run on the batching thread, and answers are
 // posted back to their connection. Every request header and body has a deadline, connections are capped.
-//   POST /v1/predict   one image file (JPEG, PNG or DICOM by content) -> JSON probabilities (+ decisions)
-//   POST /v1/cam       ?labels=top1|all|NAME -> the Grad-CAM overlay PNG predict --cam draws
-//   POST /v1/input     -> the model's input as a PNG (DICOM windowed as the model saw it), for the page
-//   GET  /healthz      alive;  GET /readyz: models loaded and warmed up;  GET /metrics: Prometheus text
-//   GET  /             the web page (engine/serve/page.html, compiled in)
-//   /v2/...            the Open Inference Protocol (KServe v2 REST): health, metadata, infer (service.h)
-// docs/serving.md says what it promises; docs/security.md its limits.
+// The endpoints (the server's own, /v1 and the Open Inference Protocol's /v2) are service.h's, listed in
+// routes.cpp; docs/serving.md says what they promise, docs/security.md the limits.
 #pragma once
 
 #include <atomic>
@@ -25,6 +20,17 @@
 
 namespace ranzcr {
 
+/// How answers and log lines name the limits (apps: the flags that set them, e.g. "--max-body-mb").
+struct LimitNames {
+  std::string timeout = "the request timeout";
+  std::string header_timeout = "the header timeout";
+  std::string max_header = "the header size limit";
+  std::string max_body = "the body size limit";
+  std::string body_timeout = "the body timeout";
+  std::string body_min_rate = "the minimum body rate";
+  std::string max_connections = "the connection limit";
+};
+
 struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port (the log line names it)
@@ -38,13 +44,14 @@ struct ServeOptions {
   size_t body_min_rate = size_t{64} << 10;        // bytes per second a body (and an answer) must keep up
   std::chrono::milliseconds idle_timeout{5000};   // a keep-alive connection with no new request is closed
   int max_connections = 10000;  // open at once (also bounded by the file limit); more are closed at once
-  int io_threads = 1;           // threads reading and writing sockets (one serves thousands: the work is elsewhere)
-  int decode_threads = 2;       // uploads decoded at once
+  int io_threads = 1;  // threads reading and writing sockets (one serves thousands: the work is elsewhere)
+  int decode_threads = 2;             // uploads decoded at once
   std::string model_name = "ranzcr";  // the Open Inference Protocol's model name (an ensemble is one model)
   std::string server_version;         // GET /v2 says it
-  std::string token;                  // non-empty: /v1/* and /metrics need "Bearer TOKEN"
+  std::string token;                  // non-empty: the routes that need it (routes.cpp) take "Bearer TOKEN"
   std::string operating_point;        // with `thresholds`: its name (sens90, ...)
   std::vector<double> thresholds;     // per label (NaN: none); empty: probabilities only
+  LimitNames limit_names;             // the limits as the messages name them
 };
 
 /// Loads the models (`load`, after the port is bound so /healthz answers meanwhile), warms them up, serves

@@ -1,16 +1,13 @@
 // serve's endpoints behind the HTTP server: the models (once loaded), the decode threads, the batcher and
 // the metrics. The server (http_server.cpp) hands each request over whole and gets its answer through
 // `Respond`, at once (probes, metadata, the page) or later from a decode or the batching thread (uploads).
-//   /v1/predict, /v1/cam, /v1/input, /healthz, /readyz, /metrics, /      (http_server.h)
-//   GET  /v2                                      server metadata (name, version, extensions)
-//   GET  /v2/health/live, /v2/health/ready        liveness, readiness (200 / 503 while loading)
-//   GET  /v2/models/{name}[/versions/1]           model metadata: the input, the outputs, the labels
-//   GET  /v2/models/{name}[/versions/1]/ready     the model's readiness
-//   POST /v2/models/{name}[/versions/1]/infer     images (BYTES) -> probabilities [N, labels] (+ decisions)
+// The endpoints are one table (routes.cpp: method, path, metrics label, access, upload); their code is in
+// endpoints_v1.cpp (the server's own and /v1) and endpoints_v2.cpp (the Open Inference Protocol's /v2).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "engine/report/run_log.h"
 #include "engine/serve/http_message.h"
@@ -18,6 +15,8 @@
 #include "engine/serve/serve_metrics.h"
 
 namespace ranzcr {
+
+struct ServiceState;  // service_state.h
 
 class Service {
  public:
@@ -42,13 +41,15 @@ class Service {
 
   /// The metrics' endpoint label of a path: the endpoint, or "other" (a client must not grow the series).
   static std::string endpoint_label(const std::string& path);
+  /// The paths of /v1's predict and of the model `model` under the Open Inference Protocol (the log line
+  /// that says where the server listens).
+  static std::pair<std::string, std::string> api_paths(const std::string& model);
 
   /// Finishes what the decode and batching threads hold, then stops them.
   void stop();
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<ServiceState> state_;
 };
 
 }  // namespace ranzcr

@@ -18,10 +18,7 @@ namespace {
 
 using test::run_command;
 
-std::string python() {
-  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
-  return std::filesystem::exists(venv) ? venv : "python3";
-}
+using test::python;
 
 TEST(CamTest, PeaksFallOnTheDevicesMoreOftenThanChance) {
   test::TempDir dir;

@@ -30,21 +30,8 @@ using nlohmann::json;
 using test::run_command;
 
 // A tiny_cnn trained 2 epochs and predict's CSV for its test JPEGs.
-class ServeSlowClientsTest : public ::testing::Test {
+class ServeSlowClientsTest : public test::TinyModelSuite<80, 64, 4, 2> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    ASSERT_NO_FATAL_FAILURE(test::train_tiny_model(dir_->str(), 80, 64, 4, 2, *dir_ / "sub.csv"));
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static std::string checkpoint() { return *dir_ / "run/checkpoints/best.pt"; }
-  static std::string jpeg(int i) {
-    return *dir_ / ("ds/test/" + read_csv(*dir_ / "sub.csv").rows.at(i)[0] + ".jpg");
-  }
-
   // The slow-clients script against a server with default limits: its figures (one JSON line) and status.
   static void slow_clients(const std::string& mode) {
     test::ServeProcess server(*dir_ / ("serve-" + mode + ".log"), {"--checkpoint", checkpoint()});
@@ -68,8 +55,6 @@ class ServeSlowClientsTest : public ::testing::Test {
         << metrics->body;
     EXPECT_NE(metrics->body.find("ranzcr_serve_limits_total{kind=\"idle_timeout\"}"), std::string::npos);
   }
-
-  static inline test::TempDir* dir_ = nullptr;
 };
 
 TEST_F(ServeSlowClientsTest, TricklingHeadersAndIdleSocketsCannotStarveIt) {

@@ -79,19 +79,19 @@ std::vector<Malformed> malformed_cases() {
   };
 }
 
-class ServeMalformedTest : public ::testing::TestWithParam<Malformed> {
+class ServeMalformedTest
+    : public test::TinyModelSuite<20, 32, 1, 1, /*kPredict=*/false, ::testing::TestWithParam<Malformed>> {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    ASSERT_NO_FATAL_FAILURE(test::train_tiny_model(dir_->str(), 20, 32, 1, 1));
-    server_ = new test::ServeProcess(
-        *dir_ / "serve.log", {"--checkpoint", *dir_ / "run/checkpoints/best.pt", "--max-body-mb", "1"});
+    ASSERT_NO_FATAL_FAILURE(TinyModelSuite::SetUpTestSuite());
+    server_ =
+        new test::ServeProcess(*dir_ / "serve.log", {"--checkpoint", checkpoint(), "--max-body-mb", "1"});
   }
   static void TearDownTestSuite() {
     delete server_;
-    delete dir_;
+    server_ = nullptr;
+    TinyModelSuite::TearDownTestSuite();
   }
-  static inline test::TempDir* dir_ = nullptr;
   static inline test::ServeProcess* server_ = nullptr;
 };
 

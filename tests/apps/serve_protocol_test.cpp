@@ -31,23 +31,7 @@ using nlohmann::json;
 using test::run_command;
 
 // A tiny_cnn trained 1 epoch and predict's CSV for its test JPEGs (the tritonclient test adds DICOM files).
-class ServeProtocolTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    ASSERT_NO_FATAL_FAILURE(test::train_tiny_model(dir_->str(), 40, 64, 4, 1, *dir_ / "sub.csv"));
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static std::string checkpoint() { return *dir_ / "run/checkpoints/best.pt"; }
-  static std::string jpeg(int i) {
-    return *dir_ / ("ds/test/" + read_csv(*dir_ / "sub.csv").rows.at(i)[0] + ".jpg");
-  }
-
-  static inline test::TempDir* dir_ = nullptr;
-};
+class ServeProtocolTest : public test::TinyModelSuite<40, 64, 4, 1> {};
 
 // Past --max-connections, a new connection is closed at once and counted; the ones open keep working.
 TEST_F(ServeProtocolTest, ConnectionsPastTheCapAreClosedAtOnce) {

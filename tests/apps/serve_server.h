@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "data/csv.h"
 #include "tests/http_client.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -74,10 +75,27 @@ inline void train_tiny_model(const std::string& dir, int images, int size, int t
   ASSERT_EQ(r.status, 0) << r.output;
 }
 
-/// The project's .venv python (it has tritonclient, selenium), else python3.
-inline std::string python() {
-  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
-  return std::filesystem::exists(venv) ? venv : "python3";
-}
+/// A serve suite's fixture (`Base`: ::testing::Test, or TestWithParam<P>): train_tiny_model once for the
+/// suite in a folder of its own, with predict's CSV for the test images (DIR/sub.csv) when `kPredict`.
+template <int kImages, int kSize, int kTestImages, int kEpochs, bool kPredict = true,
+          class Base = ::testing::Test>
+class TinyModelSuite : public Base {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    ASSERT_NO_FATAL_FAILURE(train_tiny_model(dir_->str(), kImages, kSize, kTestImages, kEpochs,
+                                             kPredict ? *dir_ / "sub.csv" : ""));
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string checkpoint() { return *dir_ / "run/checkpoints/best.pt"; }
+  /// Test JPEG `i`, in predict's CSV's order.
+  static std::string jpeg(int i) {
+    return *dir_ / ("ds/test/" + read_csv(*dir_ / "sub.csv").rows.at(i)[0] + ".jpg");
+  }
+  static inline TempDir* dir_ = nullptr;
+};
 
 }  // namespace ranzcr::test

@@ -35,9 +35,7 @@ std::vector<unsigned char> read_bytes(const std::string& path) {
 }
 
 std::string dicom_python() {
-  if (const char* env = std::getenv("RANZCR_DICOM_PYTHON")) return env;
-  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
-  return std::filesystem::exists(venv) ? venv : "python3";
+  return test::python("RANZCR_DICOM_PYTHON");
 }
 
 std::vector<std::string> split_tabs(const std::string& line) {

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/text.h"
 #include "engine/io/safetensors.h"
 #include "models/registry.h"
 #include "tests/test_util.h"
@@ -30,10 +31,6 @@ struct Case {
   std::string model;
   int in_channels;
 };
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The python that runs parity.py; "" when none exists.
 std::string timm_python() {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/text.h"
 #include "models/registry.h"
 #include "onnx/onnx_export.h"
 #include "tests/python_worker.h"
@@ -19,15 +20,6 @@ namespace ranzcr {
 namespace {
 
 constexpr int kSkip = 77;  // check_onnx.py: no onnx, onnxruntime or openvino in that python
-
-std::string check_python() {
-  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
-  return std::filesystem::exists(venv) ? venv : "python3";
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Eval-mode BatchNorm that matters (running statistics and shifts away from 0 and 1), with the branch-ending
 // BNs scaled down as in trained networks, so that deep models' logits stay of order 1..100 (see
@@ -98,14 +90,14 @@ TEST_P(OnnxZoo, EqualsLibTorchInOnnxRuntimeAndOpenVino) {
   if (!onnx_export_available()) RANZCR_SKIP_WITHOUT_REFERENCE("this build has no ONNX export (libonnx-dev)");
   const std::string name = GetParam();
   test::TempDir dir;
-  test::PythonWorker python(check_python(), std::string(RANZCR_SOURCE_DIR) + "/tests/onnx/check_onnx.py",
+  test::PythonWorker python(test::python(), std::string(RANZCR_SOURCE_DIR) + "/tests/onnx/check_onnx.py",
                             dir / "python.log");
   for (int channels : {1, 3}) {
     SCOPED_TRACE(name + " with " + std::to_string(channels) + " channels");
     // 72 px: feature maps of 9, 5 and 3 at strides 8, 16 and 32 (odd sizes: padding, ceil-mode pooling).
     const std::string case_file = write_case(dir.str(), name, channels, 72);
     const auto r = python.call(case_file);  // split at spaces: a temporary folder has none
-    if (r.status == kSkip) RANZCR_SKIP_WITHOUT_REFERENCE(check_python() << ": " << r.output);
+    if (r.status == kSkip) RANZCR_SKIP_WITHOUT_REFERENCE(test::python() << ": " << r.output);
     ASSERT_EQ(r.status, 0) << r.output;
     std::cout << name << " " << channels << ": " << r.output.substr(r.output.rfind("worst"));
   }
@@ -168,9 +160,9 @@ TEST(OnnxExport, AnEnsembleAveragesItsMembersProbabilities) {
                                                      {"shape", {3, 1, 32, 32}},
                                                      {"outputs", {{"probabilities", {"p.bin", {3, 11}}}}}}}}}
                                        .dump());
-  const auto r = test::run_command(check_python() + " '" + RANZCR_SOURCE_DIR +
+  const auto r = test::run_command(test::python() + " '" + RANZCR_SOURCE_DIR +
                                    "/tests/onnx/check_onnx.py' '" + (dir / "e.json") + "' 2>&1");
-  if (r.status == kSkip) RANZCR_SKIP_WITHOUT_REFERENCE(check_python() << ": " << r.output);
+  if (r.status == kSkip) RANZCR_SKIP_WITHOUT_REFERENCE(test::python() << ": " << r.output);
   EXPECT_EQ(r.status, 0) << r.output;
 }
 

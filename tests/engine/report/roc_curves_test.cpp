@@ -21,9 +21,7 @@ namespace ranzcr {
 namespace {
 
 std::string sklearn_python() {
-  if (const char* env = std::getenv("RANZCR_SKLEARN_PYTHON")) return env;
-  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
-  return std::filesystem::exists(venv) ? venv : "python3";
+  return test::python("RANZCR_SKLEARN_PYTHON");
 }
 
 struct Case {
