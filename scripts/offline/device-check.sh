@@ -20,8 +20,8 @@
 #   recipe       `ranzcr synth` of 2048-px JPEGs, then `ranzcr bench` of the recipe (configs/ranzcr.yaml:
 #                efficientnet_b3 at 512 px, CLAHE) with data.cache on (built at its start) and off (the
 #                decode path): e2e against compute, and the GPU's busy share in the e2e phase (nvidia-smi)
-#   cpu-bf16     training on the host's CPU (AMX or AVX-512 BF16 where lscpu lists them; no machine here has
-#                them): resnet18 at 256 px, batch 32, train.precision bf16 beside PyTorch's
+#   cpu-bf16     training on the host's CPU (AMX or AVX-512 BF16 where lscpu lists them; one development machine
+#                had AVX-512 BF16: docs/benchmarks.md): resnet18 at 256 px, batch 32, train.precision bf16 beside PyTorch's
 #                torch.autocast("cpu", torch.bfloat16), then the same pair in fp32 (compare.sh, 1 pair each);
 #                last, it gets what the 240 s leave (often nothing: `STEPS=cpu-bf16 ... --second` runs it alone)
 #
