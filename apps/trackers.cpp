@@ -1,8 +1,6 @@
 // apps/trackers.h: a job's trackers picked from the config, and their environment and command line.
 #include "apps/trackers.h"
 
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>

@@ -271,8 +271,7 @@ void check_meta_values(const CheckpointMeta& m, const std::string& path) {
 void read_older_run_ids(torch::serialize::InputArchive& archive, std::map<std::string, std::string>& ids) {
   const std::string suffix = "_run_id";
   for (const std::string& key : archive.keys()) {
-    if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
+    if (key.size() == suffix.size() || !ends_with(key, suffix)) continue;
     const std::string name = key.substr(0, key.size() - suffix.size());
     std::string id;
     if (!ids.count(name) && read_field(archive, key.c_str(), id, /*strict=*/false) && !id.empty())

@@ -3,7 +3,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cmath>
 #include <nlohmann/json.hpp>
 
 namespace ranzcr {

@@ -436,7 +436,7 @@ void Session::write(HttpResponse res, bool keep_alive) {
   });
 }
 
-// An answer that ends the connection (errors of the request's framing, 408, 413, 431): written, then closed.
+// The limits as answers name them (ServeOptions::limit_names).
 const LimitNames& Session::names() const {
   return server_.options.limit_names;
 }
@@ -448,6 +448,7 @@ void Session::fail_too_large() {
                 std::to_string(server_.options.max_body_bytes >> 20) + " MiB)");
 }
 
+// An answer that ends the connection (errors of the request's framing, 408, 413, 431): written, then closed.
 void Session::fail(int status, const std::string& message) {
   request_ = HttpRequest{};  // lets go of its hold
   parser_.reset();

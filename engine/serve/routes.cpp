@@ -46,20 +46,42 @@ std::vector<std::string> alternatives(const std::string& pattern) {
           pattern.substr(0, open) + pattern.substr(open + 1, close - open - 1) + pattern.substr(close + 1)};
 }
 
-// Whether `path` matches `pattern` (no optional group), segment by segment; captures into `call`.
-bool matches(const std::string& pattern, const std::string& path, Call* call) {
-  const std::vector<std::string> want = split_segments(pattern), got = split_segments(path);
+// A route's path pattern as segments, once for each of its alternatives, made when first asked for.
+struct CompiledRoute {
+  const Route* route;
+  std::vector<std::vector<std::string>> alternatives;
+};
+
+const std::vector<CompiledRoute>& compiled_routes() {
+  static const std::vector<CompiledRoute> compiled = [] {
+    std::vector<CompiledRoute> out;
+    for (const Route& r : kRoutes) {
+      CompiledRoute c{&r, {}};
+      for (const std::string& pattern : alternatives(r.path))
+        c.alternatives.push_back(split_segments(pattern));
+      out.push_back(std::move(c));
+    }
+    return out;
+  }();
+  return compiled;
+}
+
+// Whether the path's segments `got` match the pattern's `want`; its {model} and {version} into `call`.
+bool matches(const std::vector<std::string>& want, const std::vector<std::string>& got, Call* call) {
   if (want.size() != got.size()) return false;
-  Call found;
+  const std::string *model = nullptr, *version = nullptr;
   for (size_t i = 0; i < want.size(); ++i) {
     if (want[i] == "{model}" || want[i] == "{version}") {
       if (got[i].empty()) return false;
-      (want[i] == "{model}" ? found.model : found.version) = got[i];
+      (want[i] == "{model}" ? model : version) = &got[i];
     } else if (want[i] != got[i]) {
       return false;
     }
   }
-  if (call) call->model = found.model, call->version = found.version;
+  if (call) {
+    call->model = model ? *model : "";
+    call->version = version ? *version : "";
+  }
   return true;
 }
 
@@ -70,9 +92,10 @@ const std::vector<Route>& routes() {
 }
 
 const Route* match_route(const std::string& path, Call* call) {
-  for (const Route& r : kRoutes)
-    for (const std::string& pattern : alternatives(r.path))
-      if (matches(pattern, path, call)) return &r;
+  const std::vector<std::string> got = split_segments(path);  // once, for every pattern
+  for (const CompiledRoute& c : compiled_routes())
+    for (const std::vector<std::string>& want : c.alternatives)
+      if (matches(want, got, call)) return c.route;
   return nullptr;
 }
 
