@@ -154,19 +154,20 @@ int finish(const TrainSummary& summary, const Config& config, RunLog& log) {
 int run_train(const TrainArgs& args) {
   Config config = job_config(args.config, args.sets, args.nproc_per_node);
   const TrackingSetup tracking = tracking_setup(config, args.config);
-  if (!args.resume.empty()) {
-    read_checkpoint_meta(args.resume);                // fail early on a bad file
-    config = pin_pretrained_to(config, args.resume);  // its run's Hub weights, not main's newest
-  }
-  return run_job(config, args.argv,
-                 [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
-                   TrainOptions options;
-                   options.resume_path = args.resume;
-                   options.device = device;
-                   options.stop_signal = &stop_signal();
-                   options.trackers = tracker_factory(tracking, log);
-                   return finish(train(c, collectives, log, options), c, log);
-                 });
+  if (!args.resume.empty()) read_checkpoint_meta(args.resume);  // fail early on a bad file
+  return run_job(
+      config, args.argv,
+      [&](const Job& job, Collectives& collectives, RunLog& log, const torch::Device& device) {
+        const Config& c = job.config;
+        TrainOptions options;
+        options.resume_path = args.resume;
+        options.weights = job.weights;
+        options.device = device;
+        options.stop_signal = &stop_signal();
+        options.trackers = tracker_factory(tracking, log);
+        return finish(train(c, collectives, log, options), c, log);
+      },
+      JobInputs{/*dataset=*/true, /*resume=*/args.resume});  // its run's Hub pin, not main's newest
 }
 
 int run_bench(const BenchArgs& args) {
@@ -175,35 +176,37 @@ int run_bench(const BenchArgs& args) {
   RANZCR_CHECK(args.infer || args.onnx.empty(),
                "--onnx writes the graph bench --infer runs: it needs --infer");
   const Config config = job_config(args.config, args.sets, args.nproc_per_node);
-  return run_job(config, args.argv,
-                 [&](const Config& c, Collectives& collectives, RunLog&, const torch::Device& device) {
-                   BenchOptions options;
-                   options.steps = args.steps;
-                   options.warmup = args.warmup;
-                   options.loader_steps = args.loader_steps;
-                   options.device = device;
-                   options.profile_dir = args.profile;
-                   options.infer = args.infer;
-                   options.onnx_out = args.onnx;
-                   options.profile_steps = args.profile_steps;
-                   // The figures are out (stdout and --out) before the profile starts: a profile that fails
-                   // or is cut short by a time limit costs none of them.
-                   options.on_figures = [&](const BenchResult& r) {
-                     if (!collectives.is_main()) return;
-                     std::cout << bench_table(r) << std::flush;
-                     if (!args.out.empty()) {
-                       write_file_atomic(args.out, bench_json(r));
-                       std::cout << "wrote " << args.out << "\n" << std::flush;
-                     }
-                   };
-                   const BenchResult r = args.infer ? run_infer_bench(c, collectives, options)
-                                                    : run_bench(c, collectives, options);
-                   if (!collectives.is_main()) return 0;
-                   std::cout << bench_profile_report(r) << std::flush;
-                   if (!r.profile_error.empty() && !args.out.empty())
-                     write_file_atomic(args.out, bench_json(r));  // the same figures, and why no profile
-                   return 0;
-                 });
+  return run_job(
+      config, args.argv, [&](const Job& job, Collectives& collectives, RunLog&, const torch::Device& device) {
+        const Config& c = job.config;
+        BenchOptions options;
+        options.steps = args.steps;
+        options.warmup = args.warmup;
+        options.loader_steps = args.loader_steps;
+        options.device = device;
+        options.weights = job.weights;
+        options.profile_dir = args.profile;
+        options.infer = args.infer;
+        options.onnx_out = args.onnx;
+        options.profile_steps = args.profile_steps;
+        // The figures are out (stdout and --out) before the profile starts: a profile that fails
+        // or is cut short by a time limit costs none of them.
+        options.on_figures = [&](const BenchResult& r) {
+          if (!collectives.is_main()) return;
+          std::cout << bench_table(r) << std::flush;
+          if (!args.out.empty()) {
+            write_file_atomic(args.out, bench_json(r));
+            std::cout << "wrote " << args.out << "\n" << std::flush;
+          }
+        };
+        const BenchResult r =
+            args.infer ? run_infer_bench(c, collectives, options) : run_bench(c, collectives, options);
+        if (!collectives.is_main()) return 0;
+        std::cout << bench_profile_report(r) << std::flush;
+        if (!r.profile_error.empty() && !args.out.empty())
+          write_file_atomic(args.out, bench_json(r));  // the same figures, and why no profile
+        return 0;
+      });
 }
 
 int run_evaluate(const EvalArgs& args) {
@@ -211,7 +214,8 @@ int run_evaluate(const EvalArgs& args) {
   RANZCR_CHECK(args.csv.empty() || !args.images.empty(),
                "--csv needs --images (the folder of the CSV's images)");
   const Config config = eval_config(args, paths);
-  auto body = [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
+  auto body = [&](const Job& job, Collectives& collectives, RunLog& log, const torch::Device& device) {
+    const Config& c = job.config;
     const EvalData data = evaluation_data(c, args.csv, args.images);
     log.info("evaluate: " + models_text(paths) + " run by " +
              backend_name(resolve_backend(c, device, InferUse::kMetrics)));
@@ -225,7 +229,7 @@ int run_evaluate(const EvalArgs& args) {
     track_evaluation(args.tracker_run, c, paths, report, log);
     return 0;
   };
-  return run_job(config, args.argv, body, /*needs_dataset=*/args.csv.empty());
+  return run_job(config, args.argv, body, JobInputs{/*dataset=*/args.csv.empty(), ""});
 }
 
 namespace {
@@ -248,7 +252,8 @@ void write_overlays(const EvalArgs& args, const std::vector<std::string>& paths,
 int run_predict(const EvalArgs& args) {
   const std::vector<std::string> paths = model_paths(args);
   const Config config = eval_config(args, paths);
-  auto body = [&](const Config& c, Collectives& collectives, RunLog& log, const torch::Device& device) {
+  auto body = [&](const Job& job, Collectives& collectives, RunLog& log, const torch::Device& device) {
+    const Config& c = job.config;
     const DatasetIndex index = prediction_index(c, args.csv, args.images);
     const std::optional<LabelThresholds> thresholds =
         prediction_thresholds(args.thresholds, args.at, index.label_names);
@@ -276,7 +281,7 @@ int run_predict(const EvalArgs& args) {
     log.info("wrote " + args.out + " (" + std::to_string(r.probs.size(0)) + " rows)");
     return 0;
   };
-  return run_job(config, args.argv, body, /*needs_dataset=*/false);
+  return run_job(config, args.argv, body, JobInputs{/*dataset=*/false, ""});
 }
 
 namespace {
@@ -343,7 +348,8 @@ int run_serve(const ServeArgs& args) {
   const std::optional<LabelThresholds> thresholds =
       prediction_thresholds(m.thresholds, m.at, config.data.label_columns);
   const ServeOptions options = serve_options(args, config, thresholds);
-  auto body = [&](const Config& c, Collectives&, RunLog& log, const torch::Device& device) {
+  auto body = [&](const Job& job, Collectives&, RunLog& log, const torch::Device& device) {
+    const Config& c = job.config;
     if (thresholds && !thresholds->missing.empty())
       log.warn(m.thresholds + " has no " + m.at + " threshold for some labels: their decisions are null");
     auto load = [&] {
@@ -354,7 +360,7 @@ int run_serve(const ServeArgs& args) {
     };
     return serve_http(load, options, stop_signal(), log);
   };
-  return run_job(config, m.argv, body, /*needs_dataset=*/false);
+  return run_job(config, m.argv, body, JobInputs{/*dataset=*/false, ""});
 #endif
 }
 
@@ -363,10 +369,12 @@ int run_cv(const CvArgs& args) {
   RANZCR_CHECK(config.data.folds >= 2, "cv needs data.folds >= 2 (it is ", config.data.folds,
                "): set it in the config or with --set data.folds=5");
   const TrackingSetup tracking = tracking_setup(config, args.config);
-  auto body = [&tracking](const Config& c, Collectives& collectives, RunLog& log,
+  auto body = [&tracking](const Job& job, Collectives& collectives, RunLog& log,
                           const torch::Device& device) {
+    const Config& c = job.config;
     TrainOptions options;
     options.device = device;
+    options.weights = job.weights;
     options.stop_signal = &stop_signal();
     options.trackers = tracker_factory(tracking, log);
     std::unique_ptr<TrackedRun> parent;  // main rank: the cv run, the folds' runs its children

@@ -82,8 +82,10 @@ int fetch_weights(const std::vector<std::string>& names, bool all) {
   RANZCR_CHECK(!todo.empty(), "fetch-weights: name a zoo model or hf-hub:ORG/REPO, or give --all");
   const hub::HubOptions options = hub_options(log);
   for (const std::string& name : todo) {
-    const bool hub_name = hub::names_hub_weights(name);
-    const hub::HubWeightsRef ref = hub::parse_hub_weights(hub_name ? name : "timm", name);
+    // NAME is read as model.pretrained is (the config's parser); a zoo model's name reads as a file there.
+    hub::PretrainedSource source = TextSetting<hub::PretrainedSource>::parse(name);
+    if (!source.names_hub()) source.kind = hub::PretrainedSource::Kind::kTimm;
+    const hub::HubWeightsRef ref = hub::hub_weights_ref(source, name);
     hub::HubWeights w;
     try {
       w = hub::fetch_hub_weights(options, ref);

@@ -16,7 +16,7 @@ namespace ranzcr {
 /// The Hub options of this process's environment, with progress and notes going to `log`.
 hub::HubOptions hub_options(RunLog& log);
 
-/// Where resolve_pretrained's lines go: `log`'s info and warnings.
+/// Where resolve_weights' lines go: `log`'s info and warnings.
 PretrainedLog pretrained_log(RunLog& log);
 
 /// `ranzcr fetch-weights NAME... | --all`: NAME is a zoo model (timm's default weights) or

@@ -85,14 +85,18 @@ void ensure_dataset(const Config& config, RunLog& log) {
 // The inputs a job reads, made ready once per node: the data set (the synthetic one generated) and the
 // pretrained weights (fetched into the Hub cache). `fetch`: this process makes them (one process, a
 // launcher, or a node's first worker); the others read what that one made (the cache only, no network).
-// Returns `config` with model.pretrained resolved (pretrained_source.h).
-Config prepare_inputs(const Config& config, bool fetch, RunLog& log) {
+// The job, model.pretrained resolved once (pretrained_source.h); a job that reads no data set is `config`.
+Job prepare_inputs(const Config& config, const JobInputs& inputs, bool fetch, RunLog& log) {
+  if (!inputs.dataset) return Job{config, ResolvedWeights{}};
   if (fetch) ensure_dataset(config, log);
-  return resolve_pretrained(config, hub_options(log), /*network=*/fetch, pretrained_log(log));
+  const ResolvedWeights weights =
+      resolve_weights(config, hub_options(log), /*network=*/fetch, resumed_checkpoint(config, inputs.resume),
+                      pretrained_log(log));
+  return Job{config_with(config, weights), weights};
 }
 
 // One process of a multi-process job (started by us, torchrun, srun or a PyTorchJob).
-int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, bool needs_dataset,
+int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, const JobInputs& inputs,
                const JobBody& body) {
   const Placement placement = place_process(config, world, env);
   const torch::Device device = placement.device;
@@ -114,11 +118,11 @@ int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, 
            (collectives->transport().empty() ? "" : ", " + collectives->transport()));
   // One copy of the data set and the pretrained weights per node: the node's first process makes them
   // (ours already did, before starting the workers), the others read them once it is done.
-  Config job = config;
+  Job job;
   const bool first = world.local_rank == 0 && world.launcher != Launcher::kSelf;
-  if (first && needs_dataset) job = prepare_inputs(config, /*fetch=*/true, log);
+  if (first) job = prepare_inputs(config, inputs, /*fetch=*/true, log);
   collectives->barrier();
-  if (!first && needs_dataset) job = prepare_inputs(config, /*fetch=*/false, log);
+  if (!first) job = prepare_inputs(config, inputs, /*fetch=*/false, log);
   install_stop_handlers();
   const int status = body(job, *collectives, log, device);
   collectives->shutdown();
@@ -129,15 +133,15 @@ int run_worker(const Config& config, const WorldInfo& world, const EnvMap& env, 
 
 // Runs `body` as this process's share of the job the config and environment describe: a worker under
 // an external launcher, one process, or the launcher of this node's workers (which re-run `argv`).
-// `needs_dataset`: the job reads the config's training data set (generated first when it is synthetic).
+// `inputs`: what the job reads before its body runs.
 int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body,
-            bool needs_dataset) {
+            const JobInputs& inputs) {
   const EnvMap env = current_environment();
   const ProcessCount& nproc = config.distributed.nproc_per_node;
   // Under Slurm, one task per node that starts its own workers is asked for with nproc_per_node > 1.
   const bool slurm_tasks_are_nodes = !nproc.automatic && nproc.count > 1;
   if (auto world = worker_from_env(env, slurm_tasks_are_nodes))
-    return run_worker(config, *world, env, needs_dataset, body);
+    return run_worker(config, *world, env, inputs, body);
 
   const int nproc_here = workers_per_node(config);
   const NodePlan plan = node_plan_from_env(env, slurm_tasks_are_nodes);
@@ -150,7 +154,7 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   workers.world_size = nproc_here * plan.nnodes;
   const torch::Device device = one_process ? place_process(config, WorldInfo{}, env).device
                                            : choose_placement(config, workers, env).device;
-  const Config job = needs_dataset ? prepare_inputs(config, /*fetch=*/true, log) : config;
+  const Job job = prepare_inputs(config, inputs, /*fetch=*/true, log);
   if (one_process) {
     install_stop_handlers();
     auto collectives = make_local_collectives();
@@ -158,7 +162,7 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
   }
   // Launcher of this node's workers, which read the data and the weights prepared here: the index is
   // checked once here (one error line, not one per worker).
-  if (needs_dataset) load_train_index(config.data, index_options(config.data));
+  if (inputs.dataset) load_train_index(config.data, index_options(config.data));
   LaunchOptions lo;
   lo.args = argv;
   lo.nproc = nproc_here;

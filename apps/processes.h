@@ -14,21 +14,35 @@
 #include "distributed/collectives.h"
 #include "distributed/world.h"
 #include "engine/config/config.h"
+#include "engine/io/pretrained_source.h"
 #include "engine/report/run_log.h"
 
 namespace ranzcr {
 
+/// What every process of a job gets: the config as the job runs and records it, and model.pretrained
+/// resolved (the file the model starts from). Both are made once, by prepare_inputs: the config then has
+/// model.pretrained pinned and the weights' normalisation (pretrained_source.h's config_with).
+struct Job {
+  Config config;
+  ResolvedWeights weights;
+};
+
 /// What a job runs on every process, on `device`. Returns the exit status.
-using JobBody = std::function<int(const Config&, Collectives&, RunLog&, const torch::Device&)>;
+using JobBody = std::function<int(const Job&, Collectives&, RunLog&, const torch::Device&)>;
+
+/// What a job reads before its body runs.
+struct JobInputs {
+  /// The config's training data set (generated first when it is the synthetic one) and the pretrained
+  /// weights (model.pretrained resolved once per node).
+  bool dataset = true;
+  std::string resume;  // train --resume: the checkpoint whose Hub pin the weights keep
+};
 
 /// Runs `body` as this process's share of the job: a worker (joins the process group), one process (no
 /// process group), or the launcher of this node's workers, which re-run `argv` (the command line after
-/// the program name). `needs_dataset`: the job reads the config's training data set (generated first
-/// when it is the synthetic one) and the pretrained weights (model.pretrained resolved once per node:
-/// the body gets the config with them in place). Installs the stop-signal handlers (stop_signals.h) before
-/// `body`.
+/// the program name). Installs the stop-signal handlers (stop_signals.h) before `body`.
 int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body,
-            bool needs_dataset = true);
+            const JobInputs& inputs = {});
 
 /// The config file with `sets` and --nproc-per-node applied, and train.num_threads in effect.
 Config job_config(const std::string& path, std::vector<std::string> sets, const std::string& nproc_per_node);

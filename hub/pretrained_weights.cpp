@@ -69,39 +69,67 @@ std::vector<std::pair<std::string, std::string>> timm_default_repos() {
   return out;
 }
 
-bool names_hub_weights(const std::string& pretrained) {
-  return pretrained == "timm" || pretrained.rfind("hf-hub:", 0) == 0;
-}
-
-HubWeightsRef parse_hub_weights(const std::string& spec, const std::string& model_name) {
-  HubWeightsRef ref;
-  if (spec == "timm") {
-    const auto repo = timm_default_repo(model_name);
-    if (!repo)
-      throw HubError(HubErrorKind::kOther, "model.pretrained: timm: timm has no model named " + model_name +
-                                               ", so there are no ImageNet weights for it (use a weights "
-                                               "file or hf-hub:ORG/REPO)");
-    if (repo->empty())
-      throw HubError(HubErrorKind::kOther, std::string("model.pretrained: timm: timm ") + kTimmTagsVersion +
-                                               " has no pretrained weights for " + model_name +
-                                               " (use a weights file or hf-hub:ORG/REPO, or another model)");
-    ref.repo_id = *repo;
-    return ref;
+PretrainedSource parse_pretrained_source(const std::string& text) {
+  PretrainedSource source;
+  if (text.empty()) return source;
+  if (text == "timm") {
+    source.kind = PretrainedSource::Kind::kTimm;
+    return source;
   }
-  std::string rest = spec.substr(std::string("hf-hub:").size());
+  if (text.rfind("hf-hub:", 0) != 0) {
+    source.kind = PretrainedSource::Kind::kFile;
+    source.file = text;
+    return source;
+  }
+  source.kind = PretrainedSource::Kind::kHub;
+  std::string rest = text.substr(std::string("hf-hub:").size());
   if (const auto at = rest.find('@'); at != std::string::npos) {
-    ref.revision = rest.substr(at + 1);
+    source.revision = rest.substr(at + 1);
     rest = rest.substr(0, at);
-    if (ref.revision.empty() || ref.revision.find_first_of(" \t") != std::string::npos)
+    if (source.revision.empty() || source.revision.find_first_of(" \t") != std::string::npos)
       throw HubError(HubErrorKind::kOther,
-                     "model.pretrained: " + spec + ": expected hf-hub:ORG/REPO@REVISION");
+                     "model.pretrained: " + text + ": expected hf-hub:ORG/REPO@REVISION");
   }
   try {
     check_repo_id(rest);
   } catch (const HubError& e) {
-    throw HubError(HubErrorKind::kOther, "model.pretrained: " + spec + ": " + e.what());
+    throw HubError(HubErrorKind::kOther, "model.pretrained: " + text + ": " + e.what());
   }
-  ref.repo_id = rest;
+  source.repo_id = rest;
+  return source;
+}
+
+std::string setting_text(const PretrainedSource& source) {
+  switch (source.kind) {
+    case PretrainedSource::Kind::kNone:
+      return "";
+    case PretrainedSource::Kind::kFile:
+      return source.file;
+    case PretrainedSource::Kind::kTimm:
+      return "timm";
+    case PretrainedSource::Kind::kHub:
+      break;
+  }
+  return "hf-hub:" + source.repo_id + (source.revision.empty() ? "" : "@" + source.revision);
+}
+
+HubWeightsRef hub_weights_ref(const PretrainedSource& source, const std::string& model_name) {
+  HubWeightsRef ref;
+  if (source.kind == PretrainedSource::Kind::kHub) {
+    ref.repo_id = source.repo_id;
+    if (!source.revision.empty()) ref.revision = source.revision;
+    return ref;
+  }
+  const auto repo = timm_default_repo(model_name);
+  if (!repo)
+    throw HubError(HubErrorKind::kOther, "model.pretrained: timm: timm has no model named " + model_name +
+                                             ", so there are no ImageNet weights for it (use a weights "
+                                             "file or hf-hub:ORG/REPO)");
+  if (repo->empty())
+    throw HubError(HubErrorKind::kOther, std::string("model.pretrained: timm: timm ") + kTimmTagsVersion +
+                                             " has no pretrained weights for " + model_name +
+                                             " (use a weights file or hf-hub:ORG/REPO, or another model)");
+  ref.repo_id = *repo;
   return ref;
 }
 

@@ -1,6 +1,6 @@
-// model.pretrained by name: `timm` (timm's default ImageNet weights for the model) or `hf-hub:ORG/REPO[@REV]`
-// (timm's spelling), fetched through the Hub cache (hub/download.h), with the normalisation the weights were
-// trained with from the repository's config.json.
+// model.pretrained's Hub sources (hub/weights_source.h): `timm` (timm's default ImageNet weights for the
+// model) or `hf-hub:ORG/REPO[@REV]` (timm's spelling), fetched through the Hub cache (hub/download.h), with
+// the normalisation the weights were trained with from the repository's config.json.
 #pragma once
 
 #include <optional>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hub/download.h"
+#include "hub/weights_source.h"
 
 namespace ranzcr::hub {
 
@@ -21,19 +22,16 @@ std::optional<std::string> timm_default_repo(const std::string& model_name);
 /// Every (model, repository) pair of the table, repository "" where timm has none.
 std::vector<std::pair<std::string, std::string>> timm_default_repos();
 
-/// A Hub reference parsed from model.pretrained.
+/// A Hub repository at a revision: what model.pretrained's Hub sources come to.
 struct HubWeightsRef {
   std::string repo_id;
   std::string revision = "main";
 };
 
-/// Whether model.pretrained names Hub weights (`timm` or `hf-hub:...`) rather than a file.
-bool names_hub_weights(const std::string& pretrained);
-
-/// The repository that model.pretrained `spec` names for `model_name`: `timm` -> timm's default tag,
-/// `hf-hub:ORG/REPO@REV`. Throws HubError (kOther) with one line for a model timm has no weights for, a
-/// malformed reference. Call only when names_hub_weights(spec).
-HubWeightsRef parse_hub_weights(const std::string& spec, const std::string& model_name);
+/// The repository that `source` (timm or hf-hub:...) names for the model `model_name`: `timm` -> timm's
+/// default tag for it, hf-hub:ORG/REPO[@REV] -> that (revision main when none was given). Throws HubError
+/// (kOther) with one line for a model timm has no weights for.
+HubWeightsRef hub_weights_ref(const PretrainedSource& source, const std::string& model_name);
 
 struct HubWeights {
   HubFile weights;                // model.safetensors (else pytorch_model.bin)

@@ -147,6 +147,8 @@ std::string type_name() {
   if constexpr (std::is_same_v<T, DeviceSetting>) return "auto, cpu, cuda or cuda:N";
   if constexpr (std::is_same_v<T, ProcessCount>) return "a positive integer or auto";
   if constexpr (std::is_same_v<T, InitMethod>) return "env://, tcp://host:port or file:///path";
+  if constexpr (std::is_same_v<T, hub::PretrainedSource>)
+    return "a weights file, timm or hf-hub:ORG/REPO[@REV]";
   return "a value";
 }
 

@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "data/data_config.h"
 #include "distributed/init_method.h"
+#include "hub/weights_source.h"
 #include "tracking/tracker_keys.h"
 
 #include <map>
@@ -127,14 +128,16 @@ template <>
 struct TextSetting<InitMethod> : std::true_type {
   static InitMethod parse(const std::string& text) { return parse_init_method(text); }
 };
+template <>
+struct TextSetting<hub::PretrainedSource> : std::true_type {
+  static hub::PretrainedSource parse(const std::string& text) { return hub::parse_pretrained_source(text); }
+};
 
 struct ModelConfig {
-  std::string name = "resnet18";  // registry name (see `ranzcr models`)
-  int in_channels = 1;            // 1 = grayscale input
-  double dropout = 0.0;           // dropout before the classifier
-  std::string pretrained;         // start from: a weights file, timm, hf-hub:ORG/REPO[@REV] ("" = scratch)
-  std::string
-      pretrained_file;  // not a key: the cached file a Hub name resolved to (engine/io/pretrained_source.h)
+  std::string name = "resnet18";     // registry name (see `ranzcr models`)
+  int in_channels = 1;               // 1 = grayscale input
+  double dropout = 0.0;              // dropout before the classifier
+  hub::PretrainedSource pretrained;  // start from: a weights file, timm, hf-hub:ORG/REPO[@REV] ("" = scratch)
   std::vector<double> input_mean{
       0.0};  // per channel (or one for all): input = (pixel in [0, 1] - mean) / std
   std::vector<double> input_std{

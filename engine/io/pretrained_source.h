@@ -1,7 +1,8 @@
-// Where model.pretrained's weights come from: the file it names, or Hub weights (`timm`,
-// `hf-hub:ORG/REPO[@REV]`) fetched into the Hugging Face cache and pinned to their commit. The one place
-// that resolves the setting; the caller hands in the Hub options it read from its environment (with its
-// progress display), and pretrained.h loads the file resolved here.
+// Where model.pretrained's weights come from, for one job: the file it names, or Hub weights (`timm`,
+// `hf-hub:ORG/REPO[@REV]`) fetched into the Hugging Face cache and pinned to their commit. The setting was
+// parsed when the config was read (hub/weights_source.h); resolve_weights is the one place that turns it
+// into a file and a normalisation, once per job (apps/processes.cpp), and the job carries the result to
+// whatever builds the model (pretrained.h).
 #pragma once
 
 #include <functional>
@@ -18,24 +19,31 @@ struct PretrainedLog {
   std::function<void(const std::string&)> info, warn;
 };
 
-/// `config` with its Hub weights in place when model.pretrained names them (unchanged otherwise):
-/// model.pretrained pinned to the commit ("hf-hub:ORG/REPO@COMMIT", so the run's resolved config and
-/// checkpoints name the same bytes), model.pretrained_file the cached file, and model.input_mean/input_std
-/// those of the weights' config.json unless the config set them (one input channel: the mean of the
-/// three). When the run resumes output.dir's last checkpoint (train.resume: auto) and that pinned the same
-/// repository, its commit is used. `network`: false for a process whose node's first process has fetched
-/// them already (the cache only, whatever `options` say). Logs repo, commit, file and normalisation.
-/// Throws one line on failure.
-Config resolve_pretrained(const Config& config, hub::HubOptions options, bool network,
-                          const PretrainedLog& log);
+/// model.pretrained resolved for a job.
+struct ResolvedWeights {
+  hub::PretrainedSource source;  // the setting, a Hub one pinned to its commit (hf-hub:ORG/REPO@COMMIT)
+  std::string file;              // the local file to load; "" = no weights
+  /// The normalisation the weights were trained with for this input (one channel: the mean of RGB's), as
+  /// the run uses it: empty when the config sets its own or the weights say none.
+  std::vector<double> input_mean, input_std;
+};
 
-/// `config` with model.pretrained pinned to the commit the run of `checkpoint` used, when both name the same
-/// Hub repository (unchanged otherwise): `train --resume PATH` normalises as that run did.
-Config pin_pretrained_to(const Config& config, const std::string& checkpoint);
+/// Resolves model.pretrained: a file is itself; Hub weights are fetched (or found in the cache), pinned to
+/// their commit, with the normalisation of the weights' config.json unless the config set
+/// model.input_mean/input_std. `resume`: the checkpoint this job continues ("" for none); when it pinned
+/// the same repository, its commit is used, so a resumed run normalises as it did. `network`: false for a
+/// process whose node's first process has fetched them already (the cache only, whatever `options` say).
+/// Logs repo, commit, file and normalisation. Throws one line on failure.
+ResolvedWeights resolve_weights(const Config& config, hub::HubOptions options, bool network,
+                                const std::string& resume, const PretrainedLog& log);
 
-/// The local file of model.pretrained: the file it names, or the Hub cache file resolve_pretrained resolved
-/// a Hub name (timm, hf-hub:...) to. Throws when a Hub name was not resolved.
-std::string pretrained_file(const ModelConfig& model);
+/// `config` as the job runs and records it (its config.yaml, its checkpoints): model.pretrained pinned
+/// and model.input_mean/input_std those of `weights` where it has them.
+Config config_with(const Config& config, const ResolvedWeights& weights);
+
+/// The checkpoint a train job continues: `explicit_path` (--resume) when given, else output.dir's last
+/// checkpoint when train.resume is auto and there is one, else "".
+std::string resumed_checkpoint(const Config& config, const std::string& explicit_path);
 
 /// `values` as the log writes them: "[0.485, 0.456, 0.406]" (4 significant digits).
 std::string number_list(const std::vector<double>& values);

@@ -69,7 +69,7 @@ TrainedModel from_checkpoint(const std::string& path, const torch::Device& devic
     RANZCR_FAIL(path, ": its embedded config: ", what);
   }
   out.info.model.name = meta.model_name;
-  out.info.model.pretrained.clear();
+  out.info.model.pretrained = {};
   out.info.label_names = meta.label_names;
   out.info.config_yaml = meta.config_yaml;
   out.info.epoch = meta.epoch;

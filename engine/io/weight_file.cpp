@@ -1,7 +1,7 @@
 // torch.save's zip format (torch >= 1.6): a zip archive "<name>/data.pkl" (a pickle, protocol 2 by default)
 // whose tensors refer by persistent id ('storage', torch.FloatStorage, "<key>", "cpu", numel) to raw
 // little-endian records "<name>/data/<key>". Here: telling the formats apart, opening the archive, finding
-// the state dict in what torch_pickle.h unpickles, and torchvision's EfficientNet names.
+// the state dict in what torch_pickle.h unpickles.
 #include "engine/io/weight_file.h"
 
 #include <caffe2/serialize/inline_container.h>
@@ -15,7 +15,6 @@
 #include <stdexcept>
 
 #include "core/check.h"
-#include "core/digits.h"
 #include "core/text.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/torch_pickle.h"
@@ -166,10 +165,17 @@ FileFormat file_format(const std::string& path) {
 }
 
 NamedTensors read_weight_file(const std::string& path) {
+  return read_weights(path).tensors;
+}
+
+WeightFile read_weights(const std::string& path) {
   const FileFormat format = file_format(path);
-  NamedTensors tensors;
+  WeightFile file;
+  NamedTensors& tensors = file.tensors;
   if (format == FileFormat::kSafetensors) {
-    tensors = load_safetensors(path).tensors;
+    SafetensorsFile loaded = load_safetensors(path);
+    tensors = std::move(loaded.tensors);
+    file.metadata = std::move(loaded.metadata);
   } else if (format == FileFormat::kZipArchive) {
     tensors = state_dict_of(unpickle_torch_save(path), path);
   } else if (format == FileFormat::kLegacyTorchSave) {
@@ -182,84 +188,7 @@ NamedTensors read_weight_file(const std::string& path) {
   }
   RANZCR_CHECK(!tensors.empty(), path, ": holds no tensors");
   strip_prefixes(tensors);
-  return tensors;
-}
-
-NamedTensors timm_names_from_torchvision(NamedTensors tensors) {
-  bool stem = false, block = false;
-  for (const auto& kv : tensors) {
-    stem = stem || kv.first == "features.0.0.weight";
-    block = block || kv.first.find(".block.") != std::string::npos;
-  }
-  if (!stem || !block) return tensors;
-
-  // Split "features.S.rest" keys; the last S is the head conv. Within a block "features.S.I.block.J.rest",
-  // the squeeze-excitation's J tells the layout: 1 for [depthwise, se, project] (timm's DepthwiseSeparable),
-  // 2 for [expand, depthwise, se, project] (timm's InvertedResidual).
-  auto split = [](const std::string& key,
-                  size_t from) {  // (the number at `from` or -1, where the next part starts)
-    const size_t dot = std::min(key.find('.', from), key.size());
-    const int n = parse_digits(std::string_view(key).substr(from, dot - from), 5).value_or(-1);
-    return std::make_pair(n, std::min(dot + 1, key.size()));
-  };
-  int last_stage = 0;
-  std::map<std::string, int> se_index;  // "S.I" -> J of the squeeze-excitation
-  for (const auto& kv : tensors) {
-    const std::string& k = kv.first;
-    if (k.rfind("features.", 0) != 0) continue;
-    auto [s, after_s] = split(k, 9);
-    last_stage = std::max(last_stage, s);
-    const size_t b = k.find(".block.", after_s - 1);
-    if (b != std::string::npos && k.find(".fc1.", b) != std::string::npos) {
-      auto [j, after_j] = split(k, b + 7);
-      se_index[k.substr(9, b - 9)] = j;
-    }
-  }
-  auto norm_act = [](const std::string& rest, const std::string& conv, const std::string& bn) {
-    // Conv2dNormActivation: "0.weight" -> conv, "1.x" -> bn
-    return rest.rfind("0.", 0) == 0 ? conv + "." + rest.substr(2) : bn + "." + rest.substr(2);
-  };
-  for (auto& kv : tensors) {
-    std::string& k = kv.first;
-    if (k.rfind("classifier.1.", 0) == 0) {
-      k = "classifier." + k.substr(13);
-      continue;
-    }
-    if (k.rfind("features.", 0) != 0) continue;
-    auto [s, after_s] = split(k, 9);
-    if (s < 0) continue;
-    const std::string rest = k.substr(after_s);
-    if (s == 0) {
-      k = norm_act(rest, "conv_stem", "bn1");
-      continue;
-    }
-    if (s == last_stage) {
-      k = norm_act(rest, "conv_head", "bn2");
-      continue;
-    }
-    // rest = "I.block.J.tail"
-    auto [i, after_i] = split(k, after_s);
-    const size_t b = k.find(".block.", after_i - 1);
-    if (b == std::string::npos) continue;
-    auto [j, after_j] = split(k, b + 7);
-    if (i < 0 || j < 0) continue;
-    const std::string tail = k.substr(after_j);
-    const int se = se_index.count(k.substr(9, b - 9)) ? se_index[k.substr(9, b - 9)] : 2;
-    const std::string prefix = "blocks." + std::to_string(s - 1) + "." + std::to_string(i) + ".";
-    std::string name;
-    if (j == se) {
-      name = tail.rfind("fc1.", 0) == 0 ? "se.conv_reduce." + tail.substr(4)
-                                        : "se.conv_expand." + tail.substr(4);
-    } else if (se == 1) {  // depthwise, se, project
-      name = j == 0 ? norm_act(tail, "conv_dw", "bn1") : norm_act(tail, "conv_pw", "bn2");
-    } else {  // expand, depthwise, se, project
-      name = j == 0   ? norm_act(tail, "conv_pw", "bn1")
-             : j == 1 ? norm_act(tail, "conv_dw", "bn2")
-                      : norm_act(tail, "conv_pwl", "bn3");
-    }
-    k = prefix + name;
-  }
-  return tensors;
+  return file;
 }
 
 }  // namespace ranzcr

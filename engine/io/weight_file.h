@@ -1,16 +1,17 @@
 // Weight files for model.pretrained: .safetensors files and PyTorch state dicts saved with torch.save, read
-// by name, and torchvision's EfficientNet names translated to timm's (ours).
+// by name (models/pretrained.h translates torchvision's names and loads them into a model).
 #pragma once
 
 #include <torch/types.h>
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace ranzcr {
+#include "models/pretrained.h"
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+namespace ranzcr {
 
 /// What a file holds, told by its first bytes: safetensors (an 8-byte header length, then the JSON header's
 /// '{'), a zip archive ("PK\3\4": torch.save >= 1.6 and LibTorch archives, our checkpoints among them), the
@@ -35,11 +36,12 @@ FileFormat file_format(const std::string& path);
 /// model saved with torch.save(model), a TorchScript archive), no tensors, a corrupt file.
 NamedTensors read_weight_file(const std::string& path);
 
-/// torchvision's EfficientNet names (features.0.0.weight, features.1.0.block.0.0.weight,
-/// features.2.0.block.2.fc1.weight, ..., features.8.1.running_var, classifier.1.weight) translated to timm's
-/// (conv_stem.weight, blocks.0.0.conv_dw.weight, blocks.1.0.se.conv_reduce.weight, ..., bn2.running_var,
-/// classifier.weight) when `tensors` are torchvision-named (a key "features.0.0.weight" and a key holding
-/// ".block."); any other naming is returned unchanged. torchvision's ResNets already use timm's names.
-NamedTensors timm_names_from_torchvision(NamedTensors tensors);
+/// read_weight_file's tensors and, for a .safetensors file, its string metadata ("__metadata__"), from one
+/// read of the file.
+struct WeightFile {
+  NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+};
+WeightFile read_weights(const std::string& path);
 
 }  // namespace ranzcr

@@ -266,7 +266,9 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
                                  config.model.input_std};
 
   torch::manual_seed(config.seed);
-  auto model = make_model(config, static_cast<int64_t>(s.index.num_labels()), device, channels_last);
+  auto model =
+      starting_model(config, o.weights, static_cast<int64_t>(s.index.num_labels()), device, channels_last)
+          .model;
   model->train();
   auto optimizer = make_optimizer(config.optim, *model);
   DistributedDataParallel ddp(*model, collectives, ddp_options(config));
@@ -296,15 +298,16 @@ BenchResult run_bench(const Config& config, Collectives& collectives, const Benc
 
 namespace {
 
-// The bench model as a trained one: the config's network and labels, its weights as make_model gives them.
-TrainedModel bench_model(const Config& config, const DatasetIndex& index) {
+// The bench model as a trained one: the config's network and labels, its weights as the job starts from them.
+TrainedModel bench_model(const Config& config, const ResolvedWeights& weights, const DatasetIndex& index) {
   TrainedModel t;
   t.info.path = "bench (" + config.model.name + ")";
   t.info.model = config.model;
   t.info.label_names = index.label_names;
   t.info.config_yaml = config_to_yaml(config);
   torch::manual_seed(config.seed);
-  t.model = make_model(config, static_cast<int64_t>(index.num_labels()), torch::kCPU, false);
+  t.model =
+      starting_model(config, weights, static_cast<int64_t>(index.num_labels()), torch::kCPU, false).model;
   t.model->eval();
   return t;
 }
@@ -350,7 +353,7 @@ BenchResult run_infer_bench(const Config& config, Collectives& collectives, cons
   std::vector<int64_t> rows;  // the index in order, repeated as often as the figures need
   for (size_t i = 0; rows.size() < static_cast<size_t>(batches) * io.batch_size; ++i)
     rows.push_back(all[i % all.size()]);
-  const TrainedModel trained = bench_model(config, index);
+  const TrainedModel trained = bench_model(config, o.weights, index);
   if (!o.onnx_out.empty() && collectives.is_main())
     write_file_atomic(o.onnx_out, trained_models_onnx({&trained}));
   const std::unique_ptr<ModelRunner> runner = runner_for(trained, io, {io.batch_size});

@@ -10,6 +10,7 @@
 #include "data/batch_loader.h"
 #include "distributed/collectives.h"
 #include "engine/config/config.h"
+#include "engine/io/pretrained_source.h"
 #include "engine/jobs/thread_usage.h"
 #include "engine/report/run_log.h"
 
@@ -26,6 +27,7 @@ struct BenchOptions {
   int warmup = 5;        // untimed batches / steps before each figure (thread start-up, cuDNN autotuning)
   int loader_steps = 0;  // timed batches of the loader figure; 0: steps
   torch::Device device = torch::kCPU;
+  ResolvedWeights weights;  // model.pretrained as the job resolved it: the file the model starts from
   std::string profile_dir;  // set: a profiler trace and kernel table of profile_steps compute steps here
   int profile_steps = 5;
   int profile_warmup = 2;  // compute steps before them with the profiler prepared (as the PyTorch reference)

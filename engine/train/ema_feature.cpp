@@ -13,12 +13,13 @@ class EmaFeature : public TrainingFeature {
   explicit EmaFeature(double decay) : decay_(decay) {}
 
   void setup(TrainingSetup& s) override {
-    Config shadow = s.config;  // its weights come from the model (ModelEma copies them)
-    shadow.model.pretrained.clear();
-    // Its initialisation leaves the run's random stream as it was, so what is built after it (the
-    // auxiliary head) starts as in a run without EMA.
+    // Its weights come from the model (ModelEma copies them), so it starts from none. Its initialisation
+    // leaves the run's random stream as it was, so what is built after it (the auxiliary head) starts as in
+    // a run without EMA.
     const torch::Tensor state = generator_state(torch::kCPU);
-    model_ = make_model(shadow, static_cast<int64_t>(s.index.num_labels()), s.device, s.channels_last);
+    model_ = make_model(s.config.model.name, model_spec(s.config.model, s.index.num_labels()));
+    model_->to(s.device);
+    set_memory_format(*model_, s.channels_last);
     set_generator_state(torch::kCPU, state);
     EmaOptions eo;
     eo.decay = decay_;

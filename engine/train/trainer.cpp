@@ -136,12 +136,12 @@ void Trainer::build_model() {
   inference_options_ = inference_options(config_, device);
   inference_options_.cache = loader_options_.cache;
   torch::manual_seed(config_.seed);
-  std::string pretrained;
-  model_ = make_model(config_, static_cast<int64_t>(index_.num_labels()), device,
-                      inference_options_.channels_last, &pretrained);
-  if (!pretrained.empty()) log_.info("pretrained: " + pretrained);
-  if (!config_.model.pretrained.empty())
-    if (const std::string w = pretrained_normalisation_warning(config_.model); !w.empty()) log_.warn(w);
+  const StartingModel start =
+      starting_model(config_, options_.weights, static_cast<int64_t>(index_.num_labels()), device,
+                     inference_options_.channels_last);
+  model_ = start.model;
+  if (!start.loaded.empty()) log_.info("pretrained: " + start.loaded);
+  if (!start.warning.empty()) log_.warn(start.warning);
   features_ = make_training_features(config_, options_);
   TrainingSetup setup{config_, collectives_, log_,    device,           inference_options_.channels_last,
                       index_,  ckpt_dir_,    *model_, trained_modules_, loader_options_};

@@ -17,6 +17,7 @@
 #include "distributed/collectives.h"
 #include "engine/config/config.h"
 #include "engine/io/checkpoint.h"
+#include "engine/io/pretrained_source.h"
 #include "engine/report/run_log.h"
 #include "tracking/tracker.h"
 
@@ -26,6 +27,8 @@ struct TrainOptions {
   std::string resume_path;  // checkpoint to resume from ("" = per train.resume: output.dir's last checkpoint
                             // or fresh)
   torch::Device device = torch::kCPU;
+  /// model.pretrained as the job resolved it (apps/processes.cpp): the file the model starts from.
+  ResolvedWeights weights;
   /// Set (to a signal number) by a signal handler: save the last checkpoint soon and stop. With several ranks
   /// the flags are combined every few optimizer steps and after each epoch's validation and save (see
   /// Trainer), so every rank stops at the same point.

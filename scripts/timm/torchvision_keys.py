@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes torchvision's state-dict keys and shapes for the zoo's EfficientNets and ResNets, one file per
 model: tests/models/torchvision_keys/<name>.txt, lines "<key> <dtype> <d0,d1,...>" (a scalar has an empty
-shape), the format of tests/models/timm_keys/. tests/engine/io/weight_file_test.cpp checks that
+shape), the format of tests/models/timm_keys/. tests/models/timm_names_test.cpp checks that
 timm_names_from_torchvision turns each list into our model's keys and shapes.
 
 Uses the real torchvision model code on the local torch: `pip download torchvision==0.28.0 --no-deps`

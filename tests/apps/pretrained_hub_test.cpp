@@ -61,8 +61,8 @@ class PretrainedHub : public ::testing::Test {
   TempDir dir_;
 };
 
-// The app's own step (resolve_pretrained with the environment's Hub options) then make_model, as the trainer
-// does; timm loads the same file.
+// The app's own step (resolve_weights with the environment's Hub options) then starting_model, as the
+// trainer does; timm loads the same file.
 TEST_F(PretrainedHub, TheModelStartsFromTimmsWeights) {
   const std::string python = venv_python();
   for (const int channels : {1, 3}) {
@@ -71,13 +71,14 @@ TEST_F(PretrainedHub, TheModelStartsFromTimmsWeights) {
     ::unsetenv("HF_HUB_OFFLINE");
     Config config;
     config.model.name = "resnet18";
-    config.model.pretrained = "timm";
+    config.model.pretrained.kind = hub::PretrainedSource::Kind::kTimm;
     config.model.in_channels = channels;
     RunLog log(false);
-    const Config resolved =
-        resolve_pretrained(config, hub_options(log), /*network=*/true, pretrained_log(log));
-    EXPECT_EQ(resolved.model.pretrained, std::string("hf-hub:") + kRepo + "@" + commit_);
-    EXPECT_EQ(resolved.model.pretrained_file,
+    const ResolvedWeights weights =
+        resolve_weights(config, hub_options(log), /*network=*/true, "", pretrained_log(log));
+    const Config resolved = config_with(config, weights);
+    EXPECT_EQ(setting_text(resolved.model.pretrained), std::string("hf-hub:") + kRepo + "@" + commit_);
+    EXPECT_EQ(weights.file,
               dir_ / "cache" + "/models--timm--resnet18.a1_in1k/snapshots/" + commit_ + "/model.safetensors");
     if (channels == 1) {  // the mean of timm's RGB statistics, as the first conv sums RGB
       ASSERT_EQ(resolved.model.input_mean.size(), 1u);
@@ -88,7 +89,7 @@ TEST_F(PretrainedHub, TheModelStartsFromTimmsWeights) {
       EXPECT_EQ(resolved.model.input_std, (std::vector<double>{0.229, 0.224, 0.225}));
     }
     // 1000 classes: timm's classifier is kept, so every logit comes from the served weights.
-    auto model = make_model(resolved, 1000, torch::kCPU, /*channels_last=*/false);
+    auto model = starting_model(resolved, weights, 1000, torch::kCPU, /*channels_last=*/false).model;
     model->eval();
     torch::manual_seed(5);
     const torch::Tensor input = torch::randn({2, channels, 96, 96});
@@ -102,7 +103,7 @@ TEST_F(PretrainedHub, TheModelStartsFromTimmsWeights) {
     const CommandResult r =
         run_command(python + " -W ignore '" + FakeHub::script("timm_logits.py") +
                     "' --model resnet18 --num-classes 1000 --in-chans " + std::to_string(channels) +
-                    " --weights '" + resolved.model.pretrained_file + "' --data '" + data + "'");
+                    " --weights '" + weights.file + "' --data '" + data + "'");
     if (r.status == kSkip) RANZCR_SKIP_WITHOUT_REFERENCE(r.output);
     EXPECT_EQ(r.status, 0) << r.output;
     std::cout << r.output;

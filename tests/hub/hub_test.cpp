@@ -338,21 +338,24 @@ TEST(HubWeightsNames, TheTimmTableCoversEveryZooModel) {
   EXPECT_EQ(*hub::timm_default_repo("resnet50"), "timm/resnet50.a1_in1k");
   EXPECT_EQ(*hub::timm_default_repo("efficientnet_b0"), "timm/efficientnet_b0.ra_in1k");
   EXPECT_EQ(*hub::timm_default_repo("efficientnet_b5"), "timm/efficientnet_b5.sw_in12k_ft_in1k");
-  EXPECT_EQ(hub::parse_hub_weights("timm", "resnet18").repo_id, "timm/resnet18.a1_in1k");
-  const auto r = hub::parse_hub_weights("hf-hub:org/name@v1.0", "resnet18");
+  const auto ref = [](const std::string& spec, const std::string& model) {
+    return hub::hub_weights_ref(hub::parse_pretrained_source(spec), model);
+  };
+  EXPECT_EQ(ref("timm", "resnet18").repo_id, "timm/resnet18.a1_in1k");
+  const auto r = ref("hf-hub:org/name@v1.0", "resnet18");
   EXPECT_EQ(r.repo_id, "org/name");
   EXPECT_EQ(r.revision, "v1.0");
-  EXPECT_EQ(hub::parse_hub_weights("hf-hub:org/name", "x").revision, "main");
+  EXPECT_EQ(ref("hf-hub:org/name", "x").revision, "main");
   std::string m;
-  EXPECT_EQ(error_kind([&] { hub::parse_hub_weights("timm", "efficientnet_b7"); }, &m), HubErrorKind::kOther);
+  EXPECT_EQ(error_kind([&] { ref("timm", "efficientnet_b7"); }, &m), HubErrorKind::kOther);
   EXPECT_EQ(
       m,
       "model.pretrained: timm: timm 1.0.31 has no pretrained weights for efficientnet_b7 (use a weights file "
       "or hf-hub:ORG/REPO, or another model)");
-  EXPECT_EQ(error_kind([&] { hub::parse_hub_weights("timm", "tiny_cnn"); }, &m), HubErrorKind::kOther);
+  EXPECT_EQ(error_kind([&] { ref("timm", "tiny_cnn"); }, &m), HubErrorKind::kOther);
   EXPECT_TRUE(contains(m, "timm has no model named tiny_cnn")) << m;
-  EXPECT_EQ(error_kind([&] { hub::parse_hub_weights("hf-hub:org/name@", "x"); }, &m), HubErrorKind::kOther);
-  EXPECT_EQ(error_kind([&] { hub::parse_hub_weights("hf-hub:org--x/name", "x"); }, &m), HubErrorKind::kOther);
+  EXPECT_EQ(error_kind([&] { ref("hf-hub:org/name@", "x"); }, &m), HubErrorKind::kOther);
+  EXPECT_EQ(error_kind([&] { ref("hf-hub:org--x/name", "x"); }, &m), HubErrorKind::kOther);
   EXPECT_TRUE(contains(m, "model.pretrained: hf-hub:org--x/name: 'org--x/name' is not a Hub repository id"))
       << m;
 }

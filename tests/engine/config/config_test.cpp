@@ -128,7 +128,8 @@ TEST(Config, ProcessCountAndInitMethod) {
   EXPECT_EQ(v6.distributed.init_method.host, "::1");  // as getaddrinfo takes it
   EXPECT_EQ(setting_text(parse_config(config_to_yaml(v6), "back").distributed.init_method),
             "tcp://[::1]:29500");
-  EXPECT_NE(error_of("", {"train.device=\"cuda\\x01\""}).find("holds a control character"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.device=\"cuda\\x01\""}).find("holds a control character"),
+            std::string::npos);
   EXPECT_EQ(parse_config("", "x", {"distributed.init_method=env"}).distributed.init_method.kind,
             InitMethod::Kind::kEnv);
   for (const char* bad :
@@ -241,11 +242,44 @@ TEST(Config, RemembersWhichKeysWereGiven) {
   EXPECT_EQ(c.explicit_keys, (std::set<std::string>{"model.input_mean", "train.epochs"}));
   EXPECT_EQ(c.model.input_std, (std::vector<double>{1.0}));
   EXPECT_TRUE(parse_config("seed: 1\n", "t").explicit_keys.count("seed"));
-  // model.pretrained_file is not a key: never written, never read.
-  Config d;
-  d.model.pretrained_file = "/somewhere";
-  EXPECT_EQ(config_to_yaml(d).find("pretrained_file"), std::string::npos);
   EXPECT_THROW(parse_config("model:\n  pretrained_file: x\n", "t"), std::runtime_error);
+}
+
+// model.pretrained is parsed once, when the config is read, into none, a file, timm or a Hub repository at
+// a revision, and written back as it was spelled.
+TEST(Config, PretrainedIsReadIntoItsKind) {
+  using Kind = hub::PretrainedSource::Kind;
+  const auto read = [](const std::string& text) {
+    return parse_config("model:\n  pretrained: '" + text + "'\n", "t").model.pretrained;
+  };
+  EXPECT_EQ(Config{}.model.pretrained.kind, Kind::kNone);
+  EXPECT_EQ(read("").kind, Kind::kNone);
+  EXPECT_EQ(read("timm").kind, Kind::kTimm);
+  const hub::PretrainedSource file = read("/w/resnet18.safetensors");
+  EXPECT_EQ(file.kind, Kind::kFile);
+  EXPECT_EQ(file.file, "/w/resnet18.safetensors");
+  const hub::PretrainedSource pinned = read("hf-hub:org/name@v1.0");
+  EXPECT_EQ(pinned.kind, Kind::kHub);
+  EXPECT_EQ(pinned.repo_id, "org/name");
+  EXPECT_EQ(pinned.revision, "v1.0");
+  EXPECT_EQ(read("hf-hub:org/name").revision, "");
+  for (const std::string text : {"", "timm", "/w/x.pth", "hf-hub:org/name", "hf-hub:org/name@v1.0"}) {
+    Config c;
+    c.model.pretrained = read(text);
+    EXPECT_EQ(parse_config(config_to_yaml(c), "again").model.pretrained, c.model.pretrained) << text;
+    EXPECT_EQ(setting_text(c.model.pretrained), text);
+  }
+  // A malformed Hub reference is one line naming the key, where it was and what was expected.
+  for (const std::string bad : {"hf-hub:org/name@", "hf-hub:org--x/name"}) {
+    try {
+      read(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::runtime_error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.find("config: model.pretrained: " + bad + ": "), 0u) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  }
 }
 
 // Every key is documented (present with a comment) in both shipped recipes, and both parse.

@@ -233,19 +233,31 @@ TEST(Pretrained, TorchvisionEfficientNetWeightsLoadByTimmName) {
   EXPECT_TRUE(torch::equal(get(*model, "bn2.weight"), dict.at("features.8.1.weight")));
 }
 
-// model.pretrained reaches the model make_model builds (the trainer's and bench's).
-TEST(Pretrained, MakeModelLoadsModelPretrained) {
+// The weights a job resolved reach the model it starts from (the trainer's and bench's); none: the model as
+// initialised, the random stream used as create_model uses it.
+TEST(Pretrained, StartingModelLoadsTheResolvedWeights) {
   torch::manual_seed(6);
   auto source = create_model("resnet18", ModelSpec{});
   const std::string path = write("config", state_of(*source));
   Config config;
   config.model.name = "resnet18";
-  config.model.pretrained = path;
-  std::string log;
-  auto model = make_model(config, 11, torch::kCPU, /*channels_last=*/false, &log);
+  config.model.pretrained = hub::parse_pretrained_source(path);
+  const ResolvedWeights weights = resolve_weights(config, {}, /*network=*/false, "", {});
+  EXPECT_EQ(weights.file, path);
+  EXPECT_TRUE(weights.input_mean.empty() && weights.input_std.empty());
+  const StartingModel start = starting_model(config, weights, 11, torch::kCPU, /*channels_last=*/false);
   fs::remove(path);
-  EXPECT_NE(log.find(" tensors from " + path), std::string::npos) << log;
-  for (const auto& [k, v] : state_of(*source)) EXPECT_TRUE(torch::equal(get(*model, k), v)) << k;
+  EXPECT_EQ(start.loaded.find("120 tensors from " + path), 0u) << start.loaded;
+  EXPECT_EQ(start.warning, "");
+  for (const auto& [k, v] : state_of(*source)) EXPECT_TRUE(torch::equal(get(*start.model, k), v)) << k;
+
+  config.model.pretrained = {};
+  torch::manual_seed(7);
+  const StartingModel fresh = starting_model(config, ResolvedWeights{}, 11, torch::kCPU, false);
+  torch::manual_seed(7);
+  auto same = create_model("resnet18", model_spec(config.model, 11));
+  EXPECT_EQ(fresh.loaded, "");
+  for (const auto& [k, v] : state_of(*same)) EXPECT_TRUE(torch::equal(get(*fresh.model, k), v)) << k;
 }
 
 }  // namespace

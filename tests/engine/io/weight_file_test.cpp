@@ -1,6 +1,5 @@
 // read_weight_file on files written by the real torch.save (tests/engine/io/fixtures/make_torch_saved.py,
-// torch 2.13) and timm_names_from_torchvision on the state-dict keys of torchvision 0.28's own model code
-// (tests/models/torchvision_keys/, written by scripts/timm/torchvision_keys.py).
+// torch 2.13).
 #include "engine/io/weight_file.h"
 
 #include <caffe2/serialize/inline_container.h>
@@ -13,9 +12,6 @@
 #include <functional>
 #include <map>
 #include <sstream>
-
-#include "models/registry.h"
-#include "tests/models/key_files.h"
 
 namespace ranzcr {
 namespace {
@@ -298,88 +294,6 @@ TEST(WeightFile, ATensorViewPastItsStorageOrWithOverflowingStridesIsRefused) {
     const std::string path = archive_with_pickle("ranzcr_view_past.pth", pickle(size, stride));
     expect_one_line_with(error_of(path), {path, "a tensor reaches past the end of its storage"});
     fs::remove(path);
-  }
-}
-
-// --- torchvision names ---
-
-std::vector<std::pair<std::string, test::KeyEntry>> read_keys(const std::string& model) {
-  return test::read_key_file("torchvision_keys/" + model + ".txt");
-}
-
-class TorchvisionNames : public ::testing::TestWithParam<std::string> {};
-
-// Each torchvision state-dict key, translated, is one of our model's keys (3 input channels, 11 classes)
-// with the same shape and dtype, and every one of ours is hit exactly once.
-TEST_P(TorchvisionNames, TranslateToOurKeysAndShapes) {
-  const auto keys = read_keys(GetParam());
-  ASSERT_FALSE(keys.empty());
-  NamedTensors tv;
-  for (const auto& [k, e] : keys)
-    tv.emplace_back(k, torch::empty(e.shape, e.dtype == "int64" ? torch::kLong : torch::kFloat32));
-  const NamedTensors ours_named = timm_names_from_torchvision(tv);
-  ASSERT_EQ(ours_named.size(), tv.size());
-
-  ModelSpec spec;
-  spec.in_channels = 3;
-  spec.num_classes = 11;
-  auto model = create_model(GetParam(), spec);
-  std::map<std::string, torch::Tensor> ours;
-  for (const auto& kv : model->named_parameters()) ours[kv.key()] = kv.value();
-  for (const auto& kv : model->named_buffers()) ours[kv.key()] = kv.value();
-
-  std::string diff;
-  std::map<std::string, int> hits;
-  for (size_t i = 0; i < tv.size(); ++i) {
-    const std::string& k = ours_named[i].first;
-    auto it = ours.find(k);
-    if (it == ours.end()) {
-      diff += "  " + tv[i].first + " -> " + k + ": not ours\n";
-      continue;
-    }
-    if (++hits[k] > 1) diff += "  " + k + " hit twice\n";
-    if (it->second.sizes() != ours_named[i].second.sizes() ||
-        it->second.scalar_type() != ours_named[i].second.scalar_type())
-      diff += "  " + tv[i].first + " -> " + k + ": other shape or dtype\n";
-  }
-  for (const auto& kv : ours)
-    if (!hits.count(kv.first)) diff += "  ours only: " + kv.first + "\n";
-  EXPECT_TRUE(diff.empty()) << GetParam() << ":\n" << diff;
-}
-
-INSTANTIATE_TEST_SUITE_P(Zoo, TorchvisionNames,
-                         ::testing::Values("efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
-                                           "efficientnet_b3", "efficientnet_b4", "efficientnet_b5",
-                                           "efficientnet_b6", "efficientnet_b7", "resnet18", "resnet34",
-                                           "resnet50", "resnet101", "resnet152"));
-
-TEST(TorchvisionNames, SpotChecksAndOtherNamingsUnchanged) {
-  NamedTensors tv;
-  for (const auto& [k, e] : read_keys("efficientnet_b0")) tv.emplace_back(k, torch::zeros({1}));
-  std::map<std::string, std::string> renamed;
-  const NamedTensors t = timm_names_from_torchvision(tv);
-  for (size_t i = 0; i < tv.size(); ++i) renamed[tv[i].first] = t[i].first;
-  EXPECT_EQ(renamed["features.0.0.weight"], "conv_stem.weight");
-  EXPECT_EQ(renamed["features.0.1.running_var"], "bn1.running_var");
-  EXPECT_EQ(renamed["features.1.0.block.0.0.weight"], "blocks.0.0.conv_dw.weight");
-  EXPECT_EQ(renamed["features.1.0.block.1.fc1.weight"], "blocks.0.0.se.conv_reduce.weight");
-  EXPECT_EQ(renamed["features.1.0.block.2.1.bias"], "blocks.0.0.bn2.bias");
-  EXPECT_EQ(renamed["features.2.0.block.0.0.weight"], "blocks.1.0.conv_pw.weight");
-  EXPECT_EQ(renamed["features.2.0.block.1.1.weight"], "blocks.1.0.bn2.weight");
-  EXPECT_EQ(renamed["features.2.0.block.2.fc2.bias"], "blocks.1.0.se.conv_expand.bias");
-  EXPECT_EQ(renamed["features.2.0.block.3.0.weight"], "blocks.1.0.conv_pwl.weight");
-  EXPECT_EQ(renamed["features.7.0.block.3.1.num_batches_tracked"], "blocks.6.0.bn3.num_batches_tracked");
-  EXPECT_EQ(renamed["features.8.0.weight"], "conv_head.weight");
-  EXPECT_EQ(renamed["features.8.1.weight"], "bn2.weight");
-  EXPECT_EQ(renamed["classifier.1.weight"], "classifier.weight");
-
-  // tiny_cnn's own features.N names and timm's names pass through.
-  const NamedTensors tiny = {{"features.0.weight", torch::zeros({1})}, {"fc.weight", torch::zeros({1})}};
-  const NamedTensors timm = {{"conv_stem.weight", torch::zeros({1})},
-                             {"blocks.0.0.conv_dw.weight", torch::zeros({1})}};
-  for (const auto& names : {tiny, timm}) {
-    const NamedTensors same = timm_names_from_torchvision(names);
-    for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(same[i].first, names[i].first);
   }
 }
 
