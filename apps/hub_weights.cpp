@@ -92,7 +92,7 @@ int fetch_weights(const std::vector<std::string>& names, bool all) {
     } catch (const hub::HubError& e) {
       RANZCR_FAIL("fetch-weights ", name, ": ", e.what());
     }
-    std::cout << name << ": " << w.pinned() << " " << w.weights.filename << " "
+    std::cout << name << ": " << setting_text(w.pinned()) << " " << w.weights.filename << " "
               << hub::format_bytes(w.weights.size)
               << (w.weights.downloaded ? " downloaded" : " already cached")
               << (w.mean.empty() ? " (" + w.config_note + ")"

@@ -133,8 +133,12 @@ HubWeightsRef hub_weights_ref(const PretrainedSource& source, const std::string&
   return ref;
 }
 
-std::string HubWeights::pinned() const {
-  return "hf-hub:" + weights.repo_id + "@" + weights.commit;
+PretrainedSource HubWeights::pinned() const {
+  PretrainedSource source;
+  source.kind = PretrainedSource::Kind::kHub;
+  source.repo_id = weights.repo_id;
+  source.revision = weights.commit;
+  return source;
 }
 
 HubWeights fetch_hub_weights(const HubOptions& options, const HubWeightsRef& ref) {

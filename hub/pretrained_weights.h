@@ -38,8 +38,8 @@ struct HubWeights {
   std::vector<double> mean, std;  // config.json's pretrained_cfg (RGB), empty when it has none
   std::string config_source;      // where mean/std come from: "config.json", timm's registry
   std::string config_note;        // why mean/std are empty ("" when found)
-  /// "hf-hub:ORG/REPO@COMMIT": the same bytes again.
-  std::string pinned() const;
+  /// hf-hub:ORG/REPO@COMMIT: the same bytes again.
+  PretrainedSource pinned() const;
 };
 
 /// The weights file (model.safetensors, else pytorch_model.bin) and config.json of `ref`, from the cache

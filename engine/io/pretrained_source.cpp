@@ -111,9 +111,7 @@ ResolvedWeights resolve_weights(const Config& config, hub::HubOptions options, b
   log.info("pretrained: " + w.weights.repo_id + revision + " commit " + w.weights.commit + ", " +
            w.weights.filename + " (" + hub::format_bytes(w.weights.size) +
            (w.weights.downloaded ? ", downloaded" : ", cached") + ") " + w.weights.path);
-  r.source.kind = hub::PretrainedSource::Kind::kHub;
-  r.source.repo_id = w.weights.repo_id;
-  r.source.revision = w.weights.commit;
+  r.source = w.pinned();
   r.file = w.weights.path;
   take_normalisation(r, config, w, log);
   return r;

@@ -17,9 +17,8 @@ class EmaFeature : public TrainingFeature {
     // leaves the run's random stream as it was, so what is built after it (the auxiliary head) starts as in
     // a run without EMA.
     const torch::Tensor state = generator_state(torch::kCPU);
-    model_ = make_model(s.config.model.name, model_spec(s.config.model, s.index.num_labels()));
-    model_->to(s.device);
-    set_memory_format(*model_, s.channels_last);
+    model_ =
+        starting_model(s.config, ResolvedWeights{}, s.index.num_labels(), s.device, s.channels_last).model;
     set_generator_state(torch::kCPU, state);
     EmaOptions eo;
     eo.decay = decay_;

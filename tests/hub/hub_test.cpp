@@ -294,7 +294,7 @@ TEST_F(HubDownload, WeightsAndTheirNormalisation) {
   const auto o = options_for(hub_, cache());
   const hub::HubWeights w = hub::fetch_hub_weights(o, {"org/model", "main"});
   EXPECT_EQ(w.weights.filename, "model.safetensors");
-  EXPECT_EQ(w.pinned(), "hf-hub:org/model@" + commit_);
+  EXPECT_EQ(setting_text(w.pinned()), "hf-hub:org/model@" + commit_);
   EXPECT_EQ(w.mean, (std::vector<double>{0.5, 0.4, 0.3}));
   EXPECT_EQ(w.std, (std::vector<double>{0.2, 0.25, 0.3}));
   EXPECT_EQ(w.config_source, "config.json");
