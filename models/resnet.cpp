@@ -52,11 +52,13 @@ class Block : public nn::Module {
     }
   }
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor y = torch::relu(bn1_->forward(conv1_->forward(x)));
+    // The ReLUs run in place, as torchvision's and timm's do: neither a batch norm's backward nor an add's
+    // needs its output, so no buffer is allocated and written for each (the block's input x is not touched).
+    torch::Tensor y = bn1_->forward(conv1_->forward(x)).relu_();
     y = bn2_->forward(conv2_->forward(y));
-    if (bottleneck_) y = bn3_->forward(conv3_->forward(torch::relu(y)));
+    if (bottleneck_) y = bn3_->forward(conv3_->forward(y.relu_()));
     const torch::Tensor shortcut = downsample_->is_empty() ? x : downsample_->forward(x);
-    return torch::relu(y + shortcut);
+    return (y + shortcut).relu_();
   }
 
  private:
@@ -105,7 +107,7 @@ class ResNet : public Classifier {
   ClassifierOutput forward_with_features(torch::Tensor x) override {
     ClassifierOutput out;
     x = deep_stem_ ? deep_stem_->forward(x) : conv1_->forward(x);
-    x = torch::max_pool2d(torch::relu(bn1_->forward(x)), /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
+    x = torch::max_pool2d(bn1_->forward(x).relu_(), /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
     for (size_t i = 0; i < stages_.size(); ++i) {
       x = stages_[i]->forward(x);
       if (i == 1) out.features = x;  // layer2: stride 8
