@@ -9,7 +9,7 @@ CAM_PEAKS_CSV is `predict --cam`'s cam_peaks.csv over those images. For every (i
 positive and annotated, the peak is a hit when it lies within `tolerance` x the image's longer side of
 the label's polylines. Chance: the share of the image's pixels within that distance of them (where a
 peak drawn uniformly at random would hit). Prints both, per label and over all, as JSON with --json.
-Exits 77 without numpy (the test skips).
+Exits 77 without numpy, or without Pillow for JPEG and PNG images (the test skips).
 """
 import argparse
 import ast
@@ -32,7 +32,11 @@ def image_size(data_dir, study):
             import pydicom
             ds = pydicom.dcmread(path, stop_before_pixels=True)
             return int(ds.Columns), int(ds.Rows)
-        from PIL import Image
+        try:
+            from PIL import Image
+        except ImportError as e:  # the test skips, as without numpy
+            print(f"localisation.py: {e} (Pillow reads the JPEG and PNG images' sizes)", file=sys.stderr)
+            sys.exit(77)
         with Image.open(path) as im:
             return im.size
     raise SystemExit(f"localisation.py: no image for {study} in {data_dir}/train")

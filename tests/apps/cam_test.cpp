@@ -1,7 +1,7 @@
 // predict --cam end to end: a tiny_cnn trained on a synthetic set (the quickstart recipe, 1500 images, 8
 // epochs) draws Grad-CAM overlays of 200 unseen synthetic images, and its maps' peaks fall on the
-// annotated devices more often than chance (scripts/cam/localisation.py; skipped without numpy). The
-// figures of the full quickstart model are in docs/evaluation.md.
+// annotated devices more often than chance (scripts/cam/localisation.py; skipped without numpy or Pillow).
+// The figures of the full quickstart model are in docs/evaluation.md.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -45,7 +45,7 @@ TEST(CamTest, PeaksFallOnTheDevicesMoreOftenThanChance) {
   const auto l =
       run_command(python() + " " + RANZCR_SOURCE_DIR + "/scripts/cam/localisation.py " + (dir / "unseen") +
                   " " + (dir / "cam/cam_peaks.csv") + " --json " + (dir / "loc.json"));
-  if (l.status == 77) RANZCR_SKIP_WITHOUT_REFERENCE("no numpy: " << l.output);
+  if (l.status == 77) RANZCR_SKIP_WITHOUT_REFERENCE("no numpy or Pillow: " << l.output);
   ASSERT_EQ(l.status, 0) << l.output;
   std::cout << l.output;
   const auto j = nlohmann::json::parse(test::read_file(dir / "loc.json"));
