@@ -22,7 +22,8 @@ namespace ranzcr::test {
 
 class PythonWorker {
  public:
-  /// `python` runs tests/python_worker.py with `script` (a path); the worker's own stderr goes to `log`.
+  /// `python` (a path, or a name looked up on PATH) runs tests/python_worker.py with `script` (a path); the
+  /// worker's own stderr goes to `log`.
   PythonWorker(std::string python, std::string script, std::string log)
       : python_(std::move(python)), script_(std::move(script)), log_(std::move(log)) {}
   ~PythonWorker() { stop(); }
@@ -65,7 +66,7 @@ class PythonWorker {
       ::dup2(in[0], 0);
       ::dup2(out[1], 1);
       ::dup2(log, 2);
-      ::execv(argv[0], argv.data());
+      ::execvp(argv[0], argv.data());  // python_ may be a bare name (test::python()'s python3): PATH
       ::_exit(127);
     }
     ::close(in[0]);
