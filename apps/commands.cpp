@@ -78,7 +78,7 @@ Config eval_config(const EvalArgs& args, const std::vector<std::string>& paths) 
   }
   config.model = info.model;
   config.data.label_columns = info.label_names;
-  apply_threads(config);
+  apply_job_settings(config);
   return config;
 }
 

@@ -8,6 +8,7 @@
 #include "apps/hub_weights.h"
 #include "apps/stop_signals.h"
 #include "core/check.h"
+#include "core/heap.h"
 #include "data/dataset_index.h"
 #include "data/synth.h"
 #include "distributed/launcher.h"
@@ -24,7 +25,8 @@ int hardware_threads() {
   return n;
 }
 
-void apply_threads(const Config& config) {
+void apply_job_settings(const Config& config) {
+  keep_freed_heap_memory();
   if (config.train.num_threads > 0) torch::set_num_threads(config.train.num_threads);
 }
 
@@ -177,7 +179,7 @@ int run_job(const Config& config, const std::vector<std::string>& argv, const Jo
 Config job_config(const std::string& path, std::vector<std::string> sets, const std::string& nproc_per_node) {
   if (!nproc_per_node.empty()) sets.push_back("distributed.nproc_per_node=" + nproc_per_node);
   Config config = load_config(path, sets);
-  apply_threads(config);
+  apply_job_settings(config);
   return config;
 }
 

@@ -44,11 +44,13 @@ struct JobInputs {
 int run_job(const Config& config, const std::vector<std::string>& argv, const JobBody& body,
             const JobInputs& inputs = {});
 
-/// The config file with `sets` and --nproc-per-node applied, and train.num_threads in effect.
+/// The config file with `sets` and --nproc-per-node applied, and its process settings in effect
+/// (apply_job_settings).
 Config job_config(const std::string& path, std::vector<std::string> sets, const std::string& nproc_per_node);
 
-/// train.num_threads in effect (when set).
-void apply_threads(const Config& config);
+/// A job's process settings: train.num_threads in effect (when set), and the C heap keeps freed memory for
+/// the next step (core/heap.h).
+void apply_job_settings(const Config& config);
 
 /// The CPUs this process may use (affinity, cgroup quota, Slurm's --cpus-per-task).
 int hardware_threads();
