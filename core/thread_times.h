@@ -1,6 +1,7 @@
 // Where a process's CPU goes, thread by thread: each thread's CPU time and the time it waited for a core,
 // read from Linux's /proc/self/task/<tid>/schedstat (nanoseconds, exact) or, where the kernel has no
-// schedstats, /proc/self/task/<tid>/stat (clock ticks; the wait is then unknown, -1).
+// schedstats, /proc/self/task/<tid>/stat (clock ticks; the wait is then unknown, -1); and the part of it
+// spent in the kernel, from the stat file (clock ticks, 10 ms here).
 #pragma once
 
 #include <dirent.h>
@@ -16,9 +17,10 @@
 namespace ranzcr {
 
 struct ThreadTime {
-  std::string name;            // the thread's name (comm), e.g. "ranzcr-loader"
-  double cpu_seconds = 0.0;    // on a core
-  double wait_seconds = -1.0;  // runnable but waiting for a core (-1: not known)
+  std::string name;             // the thread's name (comm), e.g. "ranzcr-loader"
+  double cpu_seconds = 0.0;     // on a core
+  double wait_seconds = -1.0;   // runnable but waiting for a core (-1: not known)
+  double kernel_seconds = 0.0;  // of cpu_seconds, in the kernel (page faults, system calls); clock ticks
 };
 
 /// The calling thread's id as /proc names it.
@@ -35,16 +37,25 @@ inline std::string read_small_file(const std::string& path) {
   return ss.str();
 }
 
-// utime + stime of a /proc stat line, after the ")" that ends the name (which may hold spaces).
-inline double stat_cpu_seconds(const std::string& stat) {
+// Seconds in fields `first`..`last` (clock ticks) of a /proc stat line, counted from 1 (14: utime, 15:
+// stime), after the ")" that ends the name (which may hold spaces and parentheses).
+inline double stat_tick_seconds(const std::string& stat, int first, int last) {
   const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0.0;
+  if (close == std::string::npos || close + 2 > stat.size()) return 0.0;
   std::istringstream fields(stat.substr(close + 2));
   std::string field;
   double ticks = 0.0;
-  for (int i = 3; fields >> field && i <= 15; ++i)
-    if (i == 14 || i == 15) ticks += std::strtod(field.c_str(), nullptr);
+  for (int i = 3; i <= last && fields >> field; ++i)
+    if (i >= first) ticks += std::strtod(field.c_str(), nullptr);
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// utime + stime, and stime alone.
+inline double stat_cpu_seconds(const std::string& stat) {
+  return stat_tick_seconds(stat, 14, 15);
+}
+inline double stat_kernel_seconds(const std::string& stat) {
+  return stat_tick_seconds(stat, 15, 15);
 }
 
 }  // namespace detail
@@ -63,13 +74,15 @@ inline std::map<int, ThreadTime> thread_times() {
     t.name = detail::read_small_file(base + "comm");
     if (t.name.empty()) continue;  // gone
     if (t.name.back() == '\n') t.name.pop_back();
+    const std::string stat = detail::read_small_file(base + "stat");
+    t.kernel_seconds = detail::stat_kernel_seconds(stat);
     std::istringstream sched(detail::read_small_file(base + "schedstat"));
     double run_ns = 0.0, wait_ns = 0.0;
     if (sched >> run_ns >> wait_ns) {
       t.cpu_seconds = run_ns * 1e-9;
       t.wait_seconds = wait_ns * 1e-9;
     } else {
-      t.cpu_seconds = detail::stat_cpu_seconds(detail::read_small_file(base + "stat"));
+      t.cpu_seconds = detail::stat_cpu_seconds(stat);
     }
     out[tid] = t;
   }

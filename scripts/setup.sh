@@ -164,7 +164,9 @@ optional_pip mlflow pip-mlflow.log "the MLflow tracking tests will be skipped" "
 #    used), it is the compiler launcher: its cache lives outside the clone (~/.cache/ccache) and is shared by
 #    every clone, with paths taken relative to the clone (CCACHE_BASEDIR), and the sloppiness ccache's manual
 #    asks for with precompiled headers (CMakeLists.txt adds the matching compiler flag). ccache hashes the
-#    compiler, its flags and every header a file includes, so a changed recipe or dependency recompiles.
+#    compiler, its flags and every header a file includes, so a changed recipe or dependency recompiles. No
+#    compile command may name a path of the clone that base_dir does not rewrite (a -D value, a header named
+#    by its absolute path): then that file misses in every other clone (CMakeLists.txt's pch, tests/build_paths).
 CCACHE_ARGS=()
 if [ "${RANZCR_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
   launcher="env;CCACHE_BASEDIR=$ROOT;CCACHE_NOHASHDIR=1;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache"

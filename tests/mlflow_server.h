@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "net/http.h"
+#include "tests/build_paths.h"
 #include "tests/hub/fake_hub.h"
 #include "tests/process_util.h"
 #include "tests/python_worker.h"
@@ -131,7 +132,7 @@ class MlflowTestServer {
     const size_t nl = s.find_last_of('\n');
     return nlohmann::json::parse(nl == std::string::npos ? s : s.substr(nl + 1), nullptr, false);
   }
-  static std::string script() { return std::string(RANZCR_SOURCE_DIR) + "/tests/tracking/mlflow_check.py"; }
+  static std::string script() { return std::string(test::source_dir()) + "/tests/tracking/mlflow_check.py"; }
 
   /// Starts `args` (argv[0] a path) in a process group of its own with `extra_env` ("K=V") added, output
   /// appended to `log`; the pid (= the group's id).

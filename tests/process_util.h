@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "distributed/world.h"
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr::test {
@@ -23,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 // Starts `program` (the ranzcr binary unless named; a bare name is found on PATH) with `args` and extra
 // environment, output to `log`; returns its pid.
 inline pid_t spawn(const std::vector<std::string>& args, const EnvMap& extra, const std::string& log,
-                   const std::string& program = RANZCR_BINARY) {
+                   const std::string& program = test::ranzcr_binary()) {
   std::vector<std::string> argv_s{program};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   EnvMap env = current_environment();

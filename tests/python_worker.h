@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr::test {
@@ -55,7 +56,7 @@ class PythonWorker {
   void start() {
     int in[2], out[2];
     if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) return;
-    const std::string worker = std::string(RANZCR_SOURCE_DIR) + "/tests/python_worker.py";
+    const std::string worker = std::string(test::source_dir()) + "/tests/python_worker.py";
     std::vector<std::string> args = {python_, "-W", "ignore", worker, script_};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/synth.h"
+#include "tests/build_paths.h"
 
 /// Skips a test whose reference (a Python package, torchrun, network namespaces) is missing here, with
 /// `message` (stream operands: "no pydicom: " << output); under CI (CI=true) fails instead, so that a green
@@ -36,7 +37,7 @@ namespace ranzcr::test {
 /// project's .venv python (scripts/setup.sh puts the reference packages there), else python3.
 inline std::string python(const char* env_override = nullptr) {
   if (const char* env = env_override ? std::getenv(env_override) : nullptr) return env;
-  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
+  const std::string venv = std::string(test::source_dir()) + "/.venv/bin/python";
   return std::filesystem::exists(venv) ? venv : "python3";
 }
 
@@ -126,7 +127,7 @@ class CliSuite : public ::testing::Test {
     delete dir_;
     dir_ = nullptr;
   }
-  static std::string bin() { return RANZCR_BINARY; }
+  static std::string bin() { return test::ranzcr_binary(); }
   static std::string cfg() { return *dir_ / "cfg.yaml"; }
   static inline TempDir* dir_ = nullptr;
 };

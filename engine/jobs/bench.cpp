@@ -412,9 +412,11 @@ nlohmann::json section_json(const SectionUsage& u) {
     nlohmann::json e = {
         {"threads", g.threads}, {"cpu_s", g.cpu_seconds}, {"cores", g.cpu_seconds / u.wall_seconds}};
     e["wait_s"] = g.wait_seconds >= 0.0 ? nlohmann::json(g.wait_seconds) : nlohmann::json(nullptr);
+    e["kernel_s"] = g.kernel_seconds;
     groups[g.group] = e;
   }
-  return {{"wall_s", u.wall_seconds}, {"cores", u.cores()}, {"groups", groups}};
+  return {
+      {"wall_s", u.wall_seconds}, {"cores", u.cores()}, {"page_faults", u.page_faults}, {"groups", groups}};
 }
 
 // Where each figure's CPU went, and how the e2e steps found the loader's queue.
@@ -486,7 +488,7 @@ std::string infer_table(const BenchResult& r) {
 // Where the CPU went in each figure (cores used per wall second, by thread group) and the e2e batch wait.
 std::string cpu_lines(const BenchResult& r) {
   std::ostringstream ss;
-  ss << "  CPU, cores by thread group (waiting for a core):\n"
+  ss << "  CPU, cores by thread group (waiting for a core, in the kernel):\n"
      << "    loader   " << usage_line(r.loader_cpu) << "\n"
      << "    compute  " << usage_line(r.compute_cpu) << "\n"
      << "    e2e      " << usage_line(r.e2e_cpu) << "\n";

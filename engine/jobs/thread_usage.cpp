@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <opencv2/core.hpp>
 
 #include <chrono>
@@ -15,6 +16,12 @@ namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+long page_faults_so_far() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt + u.ru_majflt;
 }
 
 const char* const kGroups[] = {"main", "intra-op", "loader", "opencv", "other"};
@@ -71,12 +78,16 @@ double SectionUsage::cores() const {
 }
 
 ThreadUsage::ThreadUsage()
-    : start_(thread_times()), start_seconds_(now_seconds()), main_tid_(current_tid()) {}
+    : start_(thread_times()),
+      start_faults_(page_faults_so_far()),
+      start_seconds_(now_seconds()),
+      main_tid_(current_tid()) {}
 
 SectionUsage ThreadUsage::finish() const {
   const std::map<int, ThreadTime> end = thread_times();
   SectionUsage usage;
   usage.wall_seconds = now_seconds() - start_seconds_;
+  usage.page_faults = page_faults_so_far() - start_faults_;
   const std::set<int> intra = intra_op_thread_ids(), opencv = opencv_thread_ids();
   std::map<std::string, ThreadGroupUsage> by_group;
   for (const auto& [tid, t] : end) {
@@ -86,6 +97,8 @@ SectionUsage ThreadUsage::finish() const {
     ThreadGroupUsage& g = by_group[group_of(tid, t, main_tid_, intra, opencv)];
     ++g.threads;
     g.cpu_seconds += cpu;
+    g.kernel_seconds +=
+        std::max(0.0, t.kernel_seconds - (before != start_.end() ? before->second.kernel_seconds : 0.0));
     if (t.wait_seconds >= 0.0)
       g.wait_seconds = std::max(0.0, g.wait_seconds) + t.wait_seconds -
                        (before != start_.end() ? before->second.wait_seconds : 0.0);
@@ -106,9 +119,12 @@ std::string usage_line(const SectionUsage& usage) {
   const char* sep = " ";
   for (const auto& g : usage.groups) {
     ss << sep << g.group << " " << g.cpu_seconds / wall;
-    if (g.wait_seconds >= 0.0) ss << " (waits " << g.wait_seconds / wall << ")";
+    ss << " (";
+    if (g.wait_seconds >= 0.0) ss << "waits " << g.wait_seconds / wall << ", ";
+    ss << "kernel " << g.kernel_seconds / wall << ")";
     sep = ", ";
   }
+  ss << "; " << usage.page_faults << " page faults";
   return ss.str();
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "data/csv.h"
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -22,8 +23,8 @@ using test::python;
 
 TEST(CamTest, PeaksFallOnTheDevicesMoreOftenThanChance) {
   test::TempDir dir;
-  const std::string bin = RANZCR_BINARY, ds = dir / "ds", run = dir / "run";
-  const auto t = run_command(bin + " train --config " + RANZCR_SOURCE_DIR +
+  const std::string bin = test::ranzcr_binary(), ds = dir / "ds", run = dir / "run";
+  const auto t = run_command(bin + " train --config " + test::source_dir() +
                              "/configs/quickstart.yaml --set data.root=" + ds + " --set synth.root=" + ds +
                              " --set synth.num_images=1500 --set synth.num_test_images=0 --set train.epochs=8"
                              " --set output.dir=" +
@@ -43,7 +44,7 @@ TEST(CamTest, PeaksFallOnTheDevicesMoreOftenThanChance) {
   EXPECT_EQ(read_csv(dir / "cam/cam_peaks.csv").rows.size(), 200u * 11u);
 
   const auto l =
-      run_command(python() + " " + RANZCR_SOURCE_DIR + "/scripts/cam/localisation.py " + (dir / "unseen") +
+      run_command(python() + " " + test::source_dir() + "/scripts/cam/localisation.py " + (dir / "unseen") +
                   " " + (dir / "cam/cam_peaks.csv") + " --json " + (dir / "loc.json"));
   if (l.status == 77) RANZCR_SKIP_WITHOUT_REFERENCE("no numpy or Pillow: " << l.output);
   ASSERT_EQ(l.status, 0) << l.output;

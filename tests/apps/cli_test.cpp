@@ -12,6 +12,7 @@
 #include "distributed/world.h"
 #include "engine/config/config.h"
 #include "tests/apps/user_error.h"
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -277,7 +278,7 @@ TEST_F(CliTest, UserErrorsGiveOneLineAndNonZeroExit) {
 // bad values are config errors naming the key.
 TEST_F(CliTest, TrainDeviceCpu) {
   const std::string run = *dir_ / "device_cpu", ds = *dir_ / "ds";
-  const auto t = run_command(bin() + " train --config " + RANZCR_SOURCE_DIR + "/configs/quickstart.yaml" +
+  const auto t = run_command(bin() + " train --config " + test::source_dir() + "/configs/quickstart.yaml" +
                              " --set train.device=cpu --set data.root=" + ds + " --set synth.root=" + ds +
                              " --set data.image_size=48 --set train.epochs=1 --set output.dir=" + run);
   ASSERT_EQ(t.status, 0) << t.output;
@@ -407,6 +408,14 @@ void expect_cpu_figures(const nlohmann::json& j, const std::string& output) {
   EXPECT_TRUE(e2e.contains("loader") && e2e.contains("main")) << cpu.dump();
   EXPECT_GT(cpu["e2e"]["wall_s"].get<double>(), 0.0);
   EXPECT_GT(cpu["e2e"]["cores"].get<double>(), 0.0);
+  for (const char* section : {"loader", "compute", "e2e"}) {
+    EXPECT_GE(cpu[section]["page_faults"].get<long>(), 0) << cpu.dump();
+    for (const auto& [name, g] : cpu[section]["groups"].items()) {  // kernel time: a part of the CPU time
+      EXPECT_GE(g["kernel_s"].get<double>(), 0.0) << section << " " << name;
+      EXPECT_LE(g["kernel_s"].get<double>(), g["cpu_s"].get<double>() + 0.05) << section << " " << name;
+    }
+  }
+  EXPECT_NE(output.find("page faults"), std::string::npos) << output;
   EXPECT_EQ(j["e2e_queue_depth_per_step"].size(), j["steps"].get<size_t>());
   for (const auto& depth : j["e2e_queue_depth_per_step"]) EXPECT_GE(depth.get<int>(), 0);
   for (const char* key : {"e2e_batch_wait_share", "e2e_queue_empty_share"}) {

@@ -12,6 +12,7 @@
 
 #include "data/csv.h"
 #include "data/synth.h"
+#include "tests/build_paths.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
 
@@ -24,7 +25,7 @@ const char* const kCveFiles[] = {"cve-2024-22391-palette-icon-short-lut.dcm",
                                  "cve-2025-52582-overlay-larger-than-image.dcm"};
 
 std::string cve_file(const std::string& name) {
-  return std::string(RANZCR_SOURCE_DIR) + "/tests/data/files/" + name;
+  return std::string(test::source_dir()) + "/tests/data/files/" + name;
 }
 
 class DicomSandboxCli : public ::testing::Test {
@@ -55,7 +56,9 @@ class DicomSandboxCli : public ::testing::Test {
                         {"output.dir", *dir_ / "run"}});
   }
   static void TearDownTestSuite() { delete dir_; }
-  static std::string bin() { return "RANZCR_DICOM_DECODER_TEST_FAULTS=1 " + std::string(RANZCR_BINARY); }
+  static std::string bin() {
+    return "RANZCR_DICOM_DECODER_TEST_FAULTS=1 " + std::string(test::ranzcr_binary());
+  }
   // write_config writes two-level keys only: the data.dicom ones go on the command line.
   static std::string train() {
     return bin() + " train --config " + *dir_ / "cfg.yaml" +

@@ -19,6 +19,7 @@
 #include "onnx/onnx_export.h"
 #include "tests/apps/serve_server.h"
 #include "tests/apps/user_error.h"
+#include "tests/build_paths.h"
 #include "tests/http_client.h"
 #include "tests/test_util.h"
 
@@ -42,7 +43,7 @@ class InferBackendTest : public ::testing::Test {
     if (!openvino_available() || !onnx_export_available())
       RANZCR_SKIP_WITHOUT_REFERENCE("this build has no OpenVINO or no ONNX (scripts/setup.sh installs them)");
   }
-  static std::string bin() { return RANZCR_BINARY; }
+  static std::string bin() { return test::ranzcr_binary(); }
   static std::string checkpoint() { return *dir_ / "run/checkpoints/best.pt"; }
   // predict's CSV under `sets` (e.g. " --set infer.backend=openvino").
   static CsvTable predict(const std::string& sets, const std::string& out) {

@@ -14,6 +14,7 @@
 
 #include "engine/io/checkpoint.h"
 #include "engine/report/tracked_run.h"
+#include "tests/build_paths.h"
 #include "tests/mlflow_server.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -56,18 +57,18 @@ class MlflowCliTest : public ::testing::Test {
     return path;
   }
   static test::CommandResult ranzcr(const std::string& args) {
-    return test::run_command(std::string(RANZCR_BINARY) + " " + args + " 2>&1");
+    return test::run_command(std::string(test::ranzcr_binary()) + " " + args + " 2>&1");
   }
   /// mlflow_run_check.py with MLflow's client on the suite's server (in the server's worker for the script:
   /// MLflow's client imported once, not once per check).
   static test::CommandResult check(const std::string& args) {
-    return server_->run_script(std::string(RANZCR_SOURCE_DIR) + "/tests/apps/mlflow_run_check.py", args);
+    return server_->run_script(std::string(test::source_dir()) + "/tests/apps/mlflow_run_check.py", args);
   }
   /// A script of the source tree (with its arguments) run by the .venv python, MLFLOW_TRACKING_URI
   /// `server`'s.
   static test::CommandResult python(const test::MlflowTestServer& server, const std::string& script_args) {
     return test::run_command("MLFLOW_TRACKING_URI=" + server.uri() + " " + test::venv_python() +
-                             " -W ignore " + RANZCR_SOURCE_DIR + "/" + script_args + " 2>&1");
+                             " -W ignore " + test::source_dir() + "/" + script_args + " 2>&1");
   }
   static std::string run_id(const std::string& run_dir) {
     return nlohmann::json::parse(read_file(run_dir + "/mlflow_run.json"))["run_id"].get<std::string>();
@@ -83,9 +84,9 @@ class MlflowCliTest : public ::testing::Test {
 TEST_F(MlflowCliTest, TrainLogsParamsMetricsTagsArtifactsAndStatus) {
   const std::string run = *dir_ / "plain";
   const std::string secret = "pw-never-written-0451";
-  const auto r =
-      test::run_command("MLFLOW_TRACKING_USERNAME=alice MLFLOW_TRACKING_PASSWORD=" + secret + " " +
-                        RANZCR_BINARY + " train --config " + config("plain", server_->uri()) + " 2>&1");
+  const auto r = test::run_command("MLFLOW_TRACKING_USERNAME=alice MLFLOW_TRACKING_PASSWORD=" + secret + " " +
+                                   test::ranzcr_binary() + " train --config " +
+                                   config("plain", server_->uri()) + " 2>&1");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "mlflow: logging to run")) << r.output;
   const auto c =
@@ -261,7 +262,7 @@ TEST_F(MlflowCliTest, AServerThatIsNotThereIsOneLineAtStart) {
     EXPECT_TRUE(contains(b.output, "output.mlflow")) << b.output;
     EXPECT_FALSE(contains(b.output, "secret")) << b.output;
   }
-  const auto env = test::run_command("env -u MLFLOW_TRACKING_URI " + std::string(RANZCR_BINARY) +
+  const auto env = test::run_command("env -u MLFLOW_TRACKING_URI " + std::string(test::ranzcr_binary()) +
                                      " train --config " + config("env", "env") + " 2>&1");
   EXPECT_NE(env.status, 0);
   EXPECT_TRUE(contains(env.output, "MLFLOW_TRACKING_URI is not set")) << env.output;

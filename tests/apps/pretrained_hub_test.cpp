@@ -14,6 +14,7 @@
 #include "engine/io/pretrained.h"
 #include "engine/io/safetensors.h"
 #include "net/http.h"
+#include "tests/build_paths.h"
 #include "tests/hub/fake_hub.h"
 
 namespace fs = std::filesystem;
@@ -192,9 +193,10 @@ TEST_F(PretrainedHub, OfflineTrainsFromTheCacheOrNamesTheFetchCommand) {
 
 // Under torchrun the node's first process fetches while the others wait at a barrier, then read the cache.
 TEST_F(PretrainedHub, ATorchrunJobDownloadsOnce) {
-  const std::string torchrun = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/torchrun";
+  const std::string torchrun = std::string(test::source_dir()) + "/.venv/bin/torchrun";
   if (!fs::exists(torchrun)) RANZCR_SKIP_WITHOUT_REFERENCE("no torchrun at " << torchrun);
-  std::vector<std::string> args = {"--standalone", "--nproc-per-node=2", "--no-python", RANZCR_BINARY};
+  std::vector<std::string> args = {"--standalone", "--nproc-per-node=2", "--no-python",
+                                   test::ranzcr_binary()};
   for (const auto& a : train_args(dir_ / "run")) args.push_back(a);
   EnvMap env = hub_->env(dir_ / "cache");
   env["OMP_NUM_THREADS"] = "1";

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/io/checkpoint.h"
+#include "tests/build_paths.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
 
@@ -144,7 +145,7 @@ TEST_F(ReliabilityTest, SigtermToEveryProcessAtOnceTwiceSavesMidEpoch) {
 // The real torchrun (from the torch wheel), --max-restarts 1, one worker SIGKILLed mid-run: torchrun
 // restarts both, they continue from last.pt (train.resume: auto), every epoch is in metrics.jsonl once.
 TEST_F(ReliabilityTest, TorchrunRestartContinuesTheRun) {
-  const std::string torchrun = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/torchrun";
+  const std::string torchrun = std::string(test::source_dir()) + "/.venv/bin/torchrun";
   if (!fs::exists(torchrun))
     RANZCR_SKIP_WITHOUT_REFERENCE("no torchrun at " << torchrun << " (scripts/setup.sh installs it)");
   const std::string run = *dir_ / "torchrun";

@@ -19,6 +19,7 @@
 
 #include "data/csv.h"
 #include "tests/apps/serve_server.h"
+#include "tests/build_paths.h"
 #include "tests/http_client.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -37,7 +38,7 @@ class ServeSlowClientsTest : public test::TinyModelSuite<80, 64, 4, 2> {
     test::ServeProcess server(*dir_ / ("serve-" + mode + ".log"), {"--checkpoint", checkpoint()});
     ASSERT_GT(server.port(), 0) << server.log();
     const auto r =
-        run_command(test::python() + " " + RANZCR_SOURCE_DIR + "/tests/apps/serve_slow_clients.py --port " +
+        run_command(test::python() + " " + test::source_dir() + "/tests/apps/serve_slow_clients.py --port " +
                     std::to_string(server.port()) + " --pid " + std::to_string(server.pid()) + " --image " +
                     jpeg(0) + " --mode " + mode + " --seconds 20 --deadline 10");
     std::cout << r.output;  // the figures: latencies, sockets closed, RSS before, at its peak, after

@@ -20,6 +20,7 @@
 #include "data/csv.h"
 #include "data/synth.h"
 #include "tests/apps/serve_server.h"
+#include "tests/build_paths.h"
 #include "tests/http_client.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -62,7 +63,7 @@ TEST_F(ServeProtocolTest, ConnectionsPastTheCapAreClosedAtOnce) {
 // tritonclient[http] (PyPI) calls is_server_live, is_model_ready, get_model_metadata and infer with a JPEG
 // and a DICOM file as BYTES inputs, outputs as binary data and as JSON: predict's probabilities within 1e-6.
 TEST_F(ServeProtocolTest, TritonClientGetsPredictsNumbers) {
-  const std::string bin = RANZCR_BINARY;
+  const std::string bin = test::ranzcr_binary();
   auto made = run_command(bin + " synth --out " + (*dir_ / "dcm") +
                           " --num-images 10 --num-test-images 2 --image-size 128 --format dcm --seed 7");
   ASSERT_EQ(made.status, 0) << made.output;
@@ -85,7 +86,7 @@ TEST_F(ServeProtocolTest, TritonClientGetsPredictsNumbers) {
   }
   test::write_file(*dir_ / "triton_cases.json", cases.dump());
   const auto r =
-      run_command(test::python() + " " + RANZCR_SOURCE_DIR +
+      run_command(test::python() + " " + test::source_dir() +
                   "/tests/apps/serve_triton_check.py --url 127.0.0.1:" + std::to_string(server.port()) +
                   " --model cxr --cases " + (*dir_ / "triton_cases.json"));
   if (r.status == 77) {

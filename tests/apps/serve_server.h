@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "data/csv.h"
+#include "tests/build_paths.h"
 #include "tests/http_client.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -66,7 +67,7 @@ inline void train_tiny_model(const std::string& dir, int images, int size, int t
   make_dataset(dir + "/ds", images, size, test_images);
   write_config(dir + "/cfg.yaml", dir + "/ds",
                {{"train.epochs", std::to_string(epochs)}, {"output.dir", dir + "/run"}});
-  const std::string bin = RANZCR_BINARY;
+  const std::string bin = test::ranzcr_binary();
   auto r = run_command(bin + " train --config " + dir + "/cfg.yaml");
   ASSERT_EQ(r.status, 0) << r.output;
   if (predictions.empty()) return;

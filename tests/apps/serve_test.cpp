@@ -23,6 +23,7 @@
 #include "data/csv.h"
 #include "data/synth.h"
 #include "tests/apps/serve_server.h"
+#include "tests/build_paths.h"
 #include "tests/http_client.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -88,7 +89,7 @@ class ServeTest : public ::testing::Test {
     test::make_dataset(*dir_ / "ds", 80, 64, 10);
     test::write_config(*dir_ / "cfg.yaml", *dir_ / "ds",
                        {{"train.epochs", "2"}, {"output.dir", *dir_ / "run"}});
-    const std::string bin = RANZCR_BINARY;
+    const std::string bin = test::ranzcr_binary();
     auto r = run_command(bin + " train --config " + (*dir_ / "cfg.yaml"));
     ASSERT_EQ(r.status, 0) << r.output;
     r = run_command(bin + " evaluate --checkpoint " + checkpoint() + " --out " + (*dir_ / "run/eval.json") +
@@ -159,7 +160,7 @@ TEST_F(ServeTest, PredictAnswersPredictsNumbersAlsoInBatches) {
 // DICOM uploads (synth --format dcm: 12/16-bit, MONOCHROME1/2, compressed) decode in the sandboxed helper and
 // answer predict's numbers for the same files.
 TEST_F(ServeTest, DicomUploadsAnswerPredictsNumbers) {
-  const std::string bin = RANZCR_BINARY, dcm = *dir_ / "dcm";
+  const std::string bin = test::ranzcr_binary(), dcm = *dir_ / "dcm";
   auto r = run_command(bin + " synth --out " + dcm +
                        " --num-images 10 --num-test-images 4 --image-size 128 --format dcm --seed 5");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -235,7 +236,7 @@ TEST_F(ServeTest, BadRequestsAreRefusedAndTheServerKeepsServing) {
   test::write_file(big, std::string((1 << 20) + 1, 'x'));
   test::write_file(*dir_ / "text.txt", "hello, this is not an image\n");
   test::write_file(*dir_ / "empty.bin", "");
-  const std::string files = std::string(RANZCR_SOURCE_DIR) + "/tests/data/files/";
+  const std::string files = std::string(test::source_dir()) + "/tests/data/files/";
   const std::vector<std::tuple<std::string, int, std::string>> cases = {
       {*dir_ / "text.txt", 400, "not a JPEG, PNG or DICOM file"},
       {truncated, 400, "corrupt or truncated JPEG"},
@@ -390,8 +391,9 @@ TEST_F(ServeTest, SigtermFinishesTheRequestsInFlightAndExitsZero) {
 TEST_F(ServeTest, PortInUseIsOneErrorLine) {
   test::ServeProcess server(*dir_ / "serve.log", {"--checkpoint", checkpoint()});
   ASSERT_GT(server.port(), 0) << server.log();
-  const auto r = run_command("timeout -s KILL 60 " + std::string(RANZCR_BINARY) + " serve --checkpoint " +
-                             checkpoint() + " --port " + std::to_string(server.port()));
+  const auto r =
+      run_command("timeout -s KILL 60 " + std::string(test::ranzcr_binary()) + " serve --checkpoint " +
+                  checkpoint() + " --port " + std::to_string(server.port()));
   EXPECT_NE(r.status, 0);
   const auto errors = test::error_lines(r.output);
   ASSERT_EQ(errors.size(), 1u) << r.output;
@@ -408,7 +410,7 @@ TEST_F(ServeTest, PageInARealBrowserShowsTheEndpointsNumbers) {
   const char* keep = std::getenv("RANZCR_SCREENSHOT_DIR");
   const std::string shot = keep ? std::string(keep) + "/serve_page.png" : *dir_ / "page.png";
   const auto r = run_command(
-      test::python() + " " + RANZCR_SOURCE_DIR +
+      test::python() + " " + test::source_dir() +
       "/tests/apps/serve_page_check.py --url http://127.0.0.1:" + std::to_string(server.port()) +
       "/ --image " + test_image(5) + " --screenshot " + shot + " --json " + (*dir_ / "page.json"));
   if (r.status == 77) RANZCR_SKIP_WITHOUT_REFERENCE("no browser for the page test: " << r.output);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -16,8 +17,8 @@ namespace {
 
 // Runs `evaluate --checkpoint path` allocating at most 2 GiB.
 test::CommandResult evaluate_bounded(const std::string& path) {
-  return test::run_command("bash -c 'ulimit -d 2097152; exec timeout 120 " + std::string(RANZCR_BINARY) +
-                           " evaluate --checkpoint " + path + "'");
+  return test::run_command("bash -c 'ulimit -d 2097152; exec timeout 120 " +
+                           std::string(test::ranzcr_binary()) + " evaluate --checkpoint " + path + "'");
 }
 
 void expect_one_error_line(const test::CommandResult& r, const std::string& path,

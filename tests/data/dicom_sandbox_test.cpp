@@ -18,6 +18,7 @@
 #include "data/image_pipeline.h"
 #include "dicom/decode.h"
 #include "dicom/write.h"
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -120,7 +121,7 @@ TEST_F(DicomSandbox, FilesCraftedAfterGdcmCvesEndAsOneLine) {
        "8 x 8"}};
   for (const auto& [name, expected] : files) {
     const std::string path = *dir_ / name;
-    std::filesystem::copy_file(std::string(RANZCR_SOURCE_DIR) + "/tests/data/files/" + name, path);
+    std::filesystem::copy_file(std::string(test::source_dir()) + "/tests/data/files/" + name, path);
     expect_refused(path, expected, config);
     expect_good_decodes(config);
   }

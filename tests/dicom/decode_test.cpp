@@ -24,6 +24,7 @@
 #include "data/synth.h"
 #include "dicom/decode.h"
 #include "dicom/write.h"
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -90,8 +91,8 @@ void expect_sandbox_agrees(const std::string& path) {
 // ours; everything else must be refused with one line naming the file. Skips (returns nullopt) without
 // pydicom.
 std::optional<Comparison> compare_with_pydicom(const test::TempDir& dir, const std::string& files = "") {
-  const auto r = test::run_command(dicom_python() + " " + RANZCR_SOURCE_DIR + "/scripts/dicom/reference.py " +
-                                   dir.str() + "/ref " + files);
+  const auto r = test::run_command(dicom_python() + " " + test::source_dir() +
+                                   "/scripts/dicom/reference.py " + dir.str() + "/ref " + files);
   if (r.status / 256 == 77 || r.status == 77) return std::nullopt;
   EXPECT_EQ(r.status, 0) << r.output;
   std::ifstream manifest(dir / "ref/manifest.tsv");
@@ -161,7 +162,7 @@ TEST(Dicom, MatchesPydicomOnItsOwnTestFiles) {
 // value and a window, and a Modality LUT then a VOI LUT.
 TEST(Dicom, LutsMatchPydicom) {
   test::TempDir dir;
-  const auto r = test::run_command(dicom_python() + " " + RANZCR_SOURCE_DIR +
+  const auto r = test::run_command(dicom_python() + " " + test::source_dir() +
                                    "/scripts/dicom/reference.py --make-lut-files " + (dir / "luts"));
   if (r.status / 256 == 77 || r.status == 77) RANZCR_SKIP_WITHOUT_REFERENCE("no pydicom: " << r.output);
   ASSERT_EQ(r.status, 0) << r.output;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include "tests/build_paths.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
 
@@ -112,7 +113,8 @@ class TwoHostsTest : public test::CliSuite<TwoHostsTest> {
                                     "MASTER_ADDR=" + net_->address(0),
                                     "MASTER_PORT=29500"};
       a.insert(a.end(), env[n].begin(), env[n].end());
-      a.insert(a.end(), {RANZCR_BINARY, "train", "--config", cfg(), "--set", "output.dir=" + *dir_ / name});
+      a.insert(a.end(),
+               {test::ranzcr_binary(), "train", "--config", cfg(), "--set", "output.dir=" + *dir_ / name});
       for (const auto& s : sets) a.insert(a.end(), {"--set", s});
       const std::vector<std::string> rest(a.begin() + 1, a.end());
       pids[n] = test::spawn(rest, {}, log_path(name, n), a[0]);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/build_paths.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
 
@@ -22,7 +23,7 @@ inline bool contains(const std::string& s, const std::string& part) {
 
 /// The project's .venv python when it exists (torch, timm, huggingface_hub), else "".
 inline std::string venv_python() {
-  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
+  const std::string venv = std::string(test::source_dir()) + "/.venv/bin/python";
   return std::filesystem::exists(venv) ? venv : "";
 }
 
@@ -104,7 +105,7 @@ class FakeHub {
   }
 
   static std::string script(const std::string& name) {
-    return std::string(RANZCR_SOURCE_DIR) + "/tests/hub/" + name;
+    return std::string(test::source_dir()) + "/tests/hub/" + name;
   }
 
  private:

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "tests/build_paths.h"
 
 namespace ranzcr::test {
 
@@ -21,7 +22,7 @@ struct KeyEntry {
 
 /// The entries of tests/models/`file` (e.g. "timm_keys/resnet18.txt") in file order.
 inline std::vector<std::pair<std::string, KeyEntry>> read_key_file(const std::string& file) {
-  const std::string path = std::string(RANZCR_SOURCE_DIR) + "/tests/models/" + file;
+  const std::string path = std::string(test::source_dir()) + "/tests/models/" + file;
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << path;
   std::vector<std::pair<std::string, KeyEntry>> keys;

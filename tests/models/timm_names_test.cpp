@@ -12,6 +12,7 @@
 
 #include "models/pretrained.h"
 #include "models/registry.h"
+#include "tests/build_paths.h"
 #include "tests/models/key_files.h"
 
 namespace ranzcr {
@@ -71,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(Zoo, TimmNames,
 TEST(TimmNames, EveryZooModelButTinyCnnIsCovered) {
   for (const auto& name : model_names()) {
     if (name == "tiny_cnn") continue;
-    std::ifstream in(std::string(RANZCR_SOURCE_DIR) + "/tests/models/timm_keys/" + name + ".txt");
+    std::ifstream in(std::string(test::source_dir()) + "/tests/models/timm_keys/" + name + ".txt");
     EXPECT_TRUE(in.good()) << name;
   }
 }

@@ -20,6 +20,7 @@
 #include "core/text.h"
 #include "engine/io/safetensors.h"
 #include "models/registry.h"
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -35,7 +36,7 @@ struct Case {
 // The python that runs parity.py; "" when none exists.
 std::string timm_python() {
   if (const char* env = std::getenv("RANZCR_TIMM_PYTHON")) return env;
-  const std::string venv = std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python";
+  const std::string venv = std::string(test::source_dir()) + "/.venv/bin/python";
   if (std::filesystem::exists(venv)) return venv;
   if (test::run_command("command -v python3").status == 0) return "python3";
   return "";
@@ -94,7 +95,7 @@ void write_case(const Case& c, const std::string& path) {
 TEST(TimmParity, LogitsEqualTimmsForTheSameWeights) {
   const std::string python = timm_python();
   if (python.empty()) RANZCR_SKIP_WITHOUT_REFERENCE("no python (set RANZCR_TIMM_PYTHON)");
-  const std::string script = python + " '" + RANZCR_SOURCE_DIR + "/scripts/timm/parity.py'";
+  const std::string script = python + " '" + test::source_dir() + "/scripts/timm/parity.py'";
   const auto check = test::run_command(script + " --check");  // skip before building the models
   if (check.status == kSkip) RANZCR_SKIP_WITHOUT_REFERENCE(python << ": " << check.output);
   ASSERT_EQ(check.status, 0) << python << " scripts/timm/parity.py --check:\n" << check.output;

@@ -13,6 +13,7 @@
 #include "core/text.h"
 #include "models/registry.h"
 #include "onnx/onnx_export.h"
+#include "tests/build_paths.h"
 #include "tests/python_worker.h"
 #include "tests/test_util.h"
 
@@ -90,7 +91,7 @@ TEST_P(OnnxZoo, EqualsLibTorchInOnnxRuntimeAndOpenVino) {
   if (!onnx_export_available()) RANZCR_SKIP_WITHOUT_REFERENCE("this build has no ONNX export (libonnx-dev)");
   const std::string name = GetParam();
   test::TempDir dir;
-  test::PythonWorker python(test::python(), std::string(RANZCR_SOURCE_DIR) + "/tests/onnx/check_onnx.py",
+  test::PythonWorker python(test::python(), std::string(test::source_dir()) + "/tests/onnx/check_onnx.py",
                             dir / "python.log");
   for (int channels : {1, 3}) {
     SCOPED_TRACE(name + " with " + std::to_string(channels) + " channels");
@@ -160,7 +161,7 @@ TEST(OnnxExport, AnEnsembleAveragesItsMembersProbabilities) {
                                                      {"shape", {3, 1, 32, 32}},
                                                      {"outputs", {{"probabilities", {"p.bin", {3, 11}}}}}}}}}
                                        .dump());
-  const auto r = test::run_command(test::python() + " '" + RANZCR_SOURCE_DIR +
+  const auto r = test::run_command(test::python() + " '" + test::source_dir() +
                                    "/tests/onnx/check_onnx.py' '" + (dir / "e.json") + "' 2>&1");
   if (r.status == kSkip) RANZCR_SKIP_WITHOUT_REFERENCE(test::python() << ": " << r.output);
   EXPECT_EQ(r.status, 0) << r.output;

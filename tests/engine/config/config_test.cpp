@@ -4,6 +4,7 @@
 
 #include "engine/runtime/placement.h"
 
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -285,7 +286,7 @@ TEST(Config, PretrainedIsReadIntoItsKind) {
 // Every key is documented (present with a comment) in both shipped recipes, and both parse.
 TEST(Config, ShippedConfigsListEveryKey) {
   for (const char* name : {"quickstart.yaml", "ranzcr.yaml"}) {
-    const std::string path = std::string(RANZCR_SOURCE_DIR) + "/configs/" + name;
+    const std::string path = std::string(test::source_dir()) + "/configs/" + name;
     ASSERT_NO_THROW(load_config(path)) << path;
     const YAML::Node root = YAML::LoadFile(path);
     const std::string text = test::read_file(path);

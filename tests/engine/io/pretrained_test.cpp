@@ -10,6 +10,7 @@
 
 #include "engine/io/safetensors.h"
 #include "models/registry.h"
+#include "tests/build_paths.h"
 
 namespace ranzcr {
 namespace {
@@ -180,7 +181,7 @@ struct TinyNet : torch::nn::Module {
 TEST(Pretrained, LoadsATorchSavedStateDict) {
   TinyNet model;
   const PretrainedReport r = load_pretrained(
-      model, std::string(RANZCR_SOURCE_DIR) + "/tests/engine/io/fixtures/state_dict_module.pth");
+      model, std::string(test::source_dir()) + "/tests/engine/io/fixtures/state_dict_module.pth");
   EXPECT_EQ(r.loaded, 8);
   EXPECT_TRUE(r.adapted_input_conv.empty());
   EXPECT_TRUE(r.reinitialised.empty());
@@ -195,7 +196,7 @@ TEST(Pretrained, LoadsATorchSavedStateDict) {
 // A torchvision-named EfficientNet state dict (the keys of torchvision's own efficientnet_b0, ImageNet's
 // 3 channels and 1000 classes), saved as a .pth, loads into our grayscale 11-label efficientnet_b0.
 TEST(Pretrained, TorchvisionEfficientNetWeightsLoadByTimmName) {
-  std::ifstream in(std::string(RANZCR_SOURCE_DIR) + "/tests/models/torchvision_keys/efficientnet_b0.txt");
+  std::ifstream in(std::string(test::source_dir()) + "/tests/models/torchvision_keys/efficientnet_b0.txt");
   c10::Dict<std::string, torch::Tensor> dict;
   std::vector<std::string> keys;
   torch::manual_seed(7);

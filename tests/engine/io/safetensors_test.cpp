@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include "tests/build_paths.h"
 
 namespace ranzcr {
 namespace {
@@ -66,7 +67,7 @@ TEST(Safetensors, HeaderIsPaddedTo8BytesAndLittleEndian) {
 // Written by the real `safetensors` package (0.8.0, safetensors.torch.save_file) with
 // tests/engine/io/fixtures/make_python_written.py.
 TEST(Safetensors, ReadsAFileWrittenByThePythonPackage) {
-  const SafetensorsFile f = load_safetensors(std::string(RANZCR_SOURCE_DIR) +
+  const SafetensorsFile f = load_safetensors(std::string(test::source_dir()) +
                                              "/tests/engine/io/fixtures/python_written.safetensors");
   EXPECT_EQ(f.tensors.size(), 5u);
   EXPECT_EQ(f.metadata.at("format"), "pt");

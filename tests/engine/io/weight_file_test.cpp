@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include "tests/build_paths.h"
 
 namespace ranzcr {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) {
-  return std::string(RANZCR_SOURCE_DIR) + "/tests/engine/io/fixtures/" + name;
+  return std::string(test::source_dir()) + "/tests/engine/io/fixtures/" + name;
 }
 
 std::string error_of(const std::string& path) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/registry.h"
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -61,7 +62,7 @@ void expect_table(const StepProfile& p, const nlohmann::json& expected) {
 }
 
 TEST(StepProfile, AHandWrittenTraceCountsEachKernelOnceAndNoAnnotation) {
-  const std::string dir = std::string(RANZCR_SOURCE_DIR) + "/tests/engine/jobs/kineto_trace/";
+  const std::string dir = std::string(test::source_dir()) + "/tests/engine/jobs/kineto_trace/";
   const auto expected = nlohmann::json::parse(test::read_file(dir + "expected.json"));
   StepProfile cuda;
   cuda.steps = expected["steps"].get<int>();

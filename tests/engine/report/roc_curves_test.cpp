@@ -15,6 +15,7 @@
 
 #include "engine/report/metrics.h"
 #include "engine/report/roc_curves.h"
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 
 namespace ranzcr {
@@ -68,9 +69,9 @@ TEST(Roc, MatchesScikitLearn) {
   nlohmann::json in;
   for (const auto& c : cases) in["cases"].push_back({{"scores", c.scores}, {"labels", c.labels}});
   std::ofstream(dir / "in.json") << in.dump();
-  const auto r =
-      test::run_command(sklearn_python() + " " + RANZCR_SOURCE_DIR + "/scripts/report/sklearn_reference.py " +
-                        (dir / "in.json") + " " + (dir / "out.json"));
+  const auto r = test::run_command(sklearn_python() + " " + test::source_dir() +
+                                   "/scripts/report/sklearn_reference.py " + (dir / "in.json") + " " +
+                                   (dir / "out.json"));
   if (r.status / 256 == 77 || r.status == 77) RANZCR_SKIP_WITHOUT_REFERENCE("no scikit-learn: " << r.output);
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json out = nlohmann::json::parse(std::ifstream(dir / "out.json"));

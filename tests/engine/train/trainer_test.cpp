@@ -21,6 +21,7 @@
 #include "engine/train/feature_list.h"
 #include "engine/train/fused_optimizer.h"
 #include "models/registry.h"
+#include "tests/build_paths.h"
 #include "tests/test_util.h"
 #include "tracking/tensorboard/event_file.h"
 
@@ -550,7 +551,7 @@ TEST_F(TrainerTest, CurvesAreDrawnAfterTraining) {
 // A python with tensorboard: RANZCR_TENSORBOARD_PYTHON, the project's .venv (scripts/setup.sh installs
 // it there), or /tmp/tbvenv; "" when none has it.
 std::string tensorboard_python() {
-  std::vector<std::string> candidates{std::string(RANZCR_SOURCE_DIR) + "/.venv/bin/python",
+  std::vector<std::string> candidates{std::string(test::source_dir()) + "/.venv/bin/python",
                                       "/tmp/tbvenv/bin/python"};
   if (const char* env = std::getenv("RANZCR_TENSORBOARD_PYTHON")) candidates.insert(candidates.begin(), env);
   for (const auto& python : candidates)
