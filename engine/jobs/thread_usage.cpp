@@ -90,18 +90,18 @@ SectionUsage ThreadUsage::finish() const {
   usage.page_faults = page_faults_so_far() - start_faults_;
   const std::set<int> intra = intra_op_thread_ids(), opencv = opencv_thread_ids();
   std::map<std::string, ThreadGroupUsage> by_group;
+  static const ThreadTime kNotYetStarted{"", 0.0, 0.0, 0.0};  // a thread that began within the section
   for (const auto& [tid, t] : end) {
-    const auto before = start_.find(tid);
-    const double cpu = t.cpu_seconds - (before != start_.end() ? before->second.cpu_seconds : 0.0);
+    const auto found = start_.find(tid);
+    const ThreadTime& before = found != start_.end() ? found->second : kNotYetStarted;
+    const double cpu = t.cpu_seconds - before.cpu_seconds;
     if (cpu <= 0.0) continue;
     ThreadGroupUsage& g = by_group[group_of(tid, t, main_tid_, intra, opencv)];
     ++g.threads;
     g.cpu_seconds += cpu;
-    g.kernel_seconds +=
-        std::max(0.0, t.kernel_seconds - (before != start_.end() ? before->second.kernel_seconds : 0.0));
+    g.kernel_seconds += std::max(0.0, t.kernel_seconds - before.kernel_seconds);
     if (t.wait_seconds >= 0.0)
-      g.wait_seconds = std::max(0.0, g.wait_seconds) + t.wait_seconds -
-                       (before != start_.end() ? before->second.wait_seconds : 0.0);
+      g.wait_seconds = std::max(0.0, g.wait_seconds) + t.wait_seconds - before.wait_seconds;
   }
   for (const char* name : kGroups) {
     auto it = by_group.find(name);
