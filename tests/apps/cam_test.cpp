@@ -1,4 +1,4 @@
-// predict --cam end to end: a tiny_cnn trained on a synthetic set (the quickstart recipe, 1500 images, 8
+// predict --cam end to end: a tiny_cnn trained on a synthetic set (the quickstart recipe on 1000 images, 6
 // epochs) draws Grad-CAM overlays of 200 unseen synthetic images, and its maps' peaks fall on the
 // annotated devices more often than chance (scripts/cam/localisation.py; skipped without numpy or Pillow).
 // The figures of the full quickstart model are in docs/evaluation.md.
@@ -26,7 +26,7 @@ TEST(CamTest, PeaksFallOnTheDevicesMoreOftenThanChance) {
   const std::string bin = test::ranzcr_binary(), ds = dir / "ds", run = dir / "run";
   const auto t = run_command(bin + " train --config " + test::source_dir() +
                              "/configs/quickstart.yaml --set data.root=" + ds + " --set synth.root=" + ds +
-                             " --set synth.num_images=1500 --set synth.num_test_images=0 --set train.epochs=8"
+                             " --set synth.num_images=1000 --set synth.num_test_images=0 --set train.epochs=6"
                              " --set output.dir=" +
                              run);
   ASSERT_EQ(t.status, 0) << t.output;

@@ -159,7 +159,7 @@ TEST_F(PretrainedHub, TrainLogsAndPinsTheWeightsAndResumesWithoutTheNetwork) {
       << r.output;
   EXPECT_TRUE(contains(read_file(dir_ / "run3/config.yaml"), "@" + commit_))
       << read_file(dir_ / "run3/config.yaml");
-  EXPECT_EQ(hub_->add_timm_repo(kRepo, "resnet18", /*seed=*/0), commit_);  // main back for the other tests
+  hub_->move_main(kRepo, commit_);  // main back for the other tests
 }
 
 TEST_F(PretrainedHub, OfflineTrainsFromTheCacheOrNamesTheFetchCommand) {

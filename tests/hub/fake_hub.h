@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "tests/build_paths.h"
@@ -27,16 +29,24 @@ inline std::string venv_python() {
   return std::filesystem::exists(venv) ? venv : "";
 }
 
-/// Whether `python` imports every module of `modules` (space-separated).
+/// Whether `python` imports every module of `modules` (space-separated). Asked once per process for each pair
+/// (importing torch takes seconds, and a suite asks before each weights file it makes).
 inline bool python_has(const std::string& python, const std::string& modules) {
   if (python.empty()) return false;
+  static std::mutex mutex;
+  static std::map<std::string, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = known.find(python + "\n" + modules);
+  if (found != known.end()) return found->second;
   std::string imports;
   for (size_t b = 0, e; b < modules.size(); b = e + 1) {
     e = modules.find(' ', b);
     if (e == std::string::npos) e = modules.size();
     imports += "import " + modules.substr(b, e - b) + ";";
   }
-  return run_command(python + " -W ignore -c '" + imports + "'").status == 0;
+  const bool has = run_command(python + " -W ignore -c '" + imports + "'").status == 0;
+  known[python + "\n" + modules] = has;
+  return has;
 }
 
 class FakeHub {
@@ -82,6 +92,14 @@ class FakeHub {
         run_command(python + " -W ignore '" + script("make_repo.py") + "' --root '" + root() + "' --repo " +
                     repo + " --timm-model " + model + " --seed " + std::to_string(seed));
     return r.status == 0 ? last_line(r) : "";
+  }
+  /// Points `repo`'s main back at `commit`, one of its revisions already made (as a push of those files
+  /// would).
+  void move_main(const std::string& repo, const std::string& commit) {
+    const std::string repo_dir = root() + "/" + repo;
+    ASSERT_TRUE(std::filesystem::is_directory(repo_dir + "/revisions/" + commit))
+        << repo << " has no " << commit;
+    write_file(repo_dir + "/refs/main", commit);
   }
   /// POST /_control with `json` (see fake_hub.py).
   void control(const std::string& json) {

@@ -1,12 +1,13 @@
-// ONNX export of every zoo model against LibTorch: ranzcr writes each graph (1 and 3 input channels) and the
-// logits and probabilities LibTorch computes for batches of 1 and 5; tests/onnx/check_onnx.py runs ONNX's
-// checker with full shape inference, reads the metadata back, and compares ONNX Runtime and OpenVINO (f32)
-// with LibTorch within 1e-4 of the largest |output| (the .venv's packages; skipped without them, failed under
-// CI). An operator outside the table is one line naming it.
+// ONNX export of every zoo model against LibTorch: ranzcr writes each graph (1 input channel; 3 as well for
+// one model per stem) and the logits and probabilities LibTorch computes for batches of 1 and 5;
+// tests/onnx/check_onnx.py runs ONNX's checker with full shape inference, reads the metadata back, and
+// compares ONNX Runtime and OpenVINO (f32) with LibTorch within 1e-4 of the largest |output| (the .venv's
+// packages; skipped without them, failed under CI). An operator outside the table is one line naming it.
 #include <torch/torch.h>
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -84,20 +85,42 @@ std::string write_case(const std::string& dir, const std::string& name, int chan
   return case_file;
 }
 
-// One test per zoo model (so that ctest spreads them over the cores), each with 1 and 3 channels.
-class OnnxZoo : public ::testing::TestWithParam<std::string> {};
+// One test per zoo model, each with 1 channel (the app's grayscale default), and with 3 for the smallest
+// model of each stem: the channel count changes only the stem's first convolution, which each family builds
+// the same way at every depth (models/resnet.cpp's plain and deep stems, models/efficientnet.cpp,
+// models/tiny_cnn.cpp). One python worker for the suite (ctest runs it in one process): onnx, ONNX Runtime
+// and OpenVINO imported once.
+class OnnxZoo : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    python_ = new test::PythonWorker(
+        test::python(), std::string(test::source_dir()) + "/tests/onnx/check_onnx.py", *dir_ / "python.log");
+  }
+  static void TearDownTestSuite() {
+    delete python_;
+    python_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::vector<int> channel_counts(const std::string& name) {
+    for (const char* stem : {"tiny_cnn", "resnet18", "resnet18d", "efficientnet_b0"})
+      if (name == stem) return {1, 3};
+    return {1};
+  }
+  static inline test::TempDir* dir_ = nullptr;
+  static inline test::PythonWorker* python_ = nullptr;
+};
 
 TEST_P(OnnxZoo, EqualsLibTorchInOnnxRuntimeAndOpenVino) {
   if (!onnx_export_available()) RANZCR_SKIP_WITHOUT_REFERENCE("this build has no ONNX export (libonnx-dev)");
   const std::string name = GetParam();
   test::TempDir dir;
-  test::PythonWorker python(test::python(), std::string(test::source_dir()) + "/tests/onnx/check_onnx.py",
-                            dir / "python.log");
-  for (int channels : {1, 3}) {
+  for (int channels : channel_counts(name)) {
     SCOPED_TRACE(name + " with " + std::to_string(channels) + " channels");
     // 72 px: feature maps of 9, 5 and 3 at strides 8, 16 and 32 (odd sizes: padding, ceil-mode pooling).
     const std::string case_file = write_case(dir.str(), name, channels, 72);
-    const auto r = python.call(case_file);  // split at spaces: a temporary folder has none
+    const auto r = python_->call(case_file);  // split at spaces: a temporary folder has none
     if (r.status == kSkip) RANZCR_SKIP_WITHOUT_REFERENCE(test::python() << ": " << r.output);
     ASSERT_EQ(r.status, 0) << r.output;
     std::cout << name << " " << channels << ": " << r.output.substr(r.output.rfind("worst"));
