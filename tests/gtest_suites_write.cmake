@@ -1,10 +1,11 @@
-# Run after a gtest program is built (tests/gtest_suites.cmake): lists its tests and writes the ctest file that
-# registers one ctest test per gtest suite (SUITE, run as --gtest_filter=SUITE.*), and one per test whose full
-# name matches ALONE (SUITE.TEST), which its suite's entry then leaves out. DISABLED_ tests are not registered.
+# Run after a gtest program is linked (ranzcr_gtest_suites, tests/CMakeLists.txt): lists its tests and writes
+# the ctest file that registers one ctest test per gtest suite (SUITE, run as --gtest_filter=SUITE.*), and one
+# per test whose full name matches ALONE (SUITE.TEST), which its suite's entry then leaves out. DISABLED_ tests
+# are not registered.
 #   cmake -D EXE=... -D OUT=... -D WORKDIR=... -D ALONE=REGEX -D PROPERTIES=NAME|VALUE|... -P gtest_suites_write.cmake
-# PROPERTIES: set_tests_properties' NAME VALUE pairs for every test written, separated by | (a value holds no |). Each test passes
-# --ranzcr_skipped_exit=77 (tests/gtest_main.cpp: exit 77 when every test it ran was skipped), so ctest reports
-# a suite that ran nothing as skipped.
+# PROPERTIES: set_tests_properties' NAME VALUE pairs for every test written, separated by | (a value holds no
+# |). Each test passes --ranzcr_skipped_exit=77 (tests/gtest_main.cpp: exit 77 when every test it ran was
+# skipped), so ctest reports a suite that ran nothing as skipped.
 foreach(var EXE OUT WORKDIR ALONE)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "gtest_suites_write.cmake: ${var} not set")

@@ -36,7 +36,8 @@ inline bool python_has(const std::string& python, const std::string& modules) {
   static std::mutex mutex;
   static std::map<std::string, bool> known;
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto found = known.find(python + "\n" + modules);
+  const std::string key = python + "\n" + modules;
+  const auto found = known.find(key);
   if (found != known.end()) return found->second;
   std::string imports;
   for (size_t b = 0, e; b < modules.size(); b = e + 1) {
@@ -45,7 +46,7 @@ inline bool python_has(const std::string& python, const std::string& modules) {
     imports += "import " + modules.substr(b, e - b) + ";";
   }
   const bool has = run_command(python + " -W ignore -c '" + imports + "'").status == 0;
-  known[python + "\n" + modules] = has;
+  known[key] = has;
   return has;
 }
 
