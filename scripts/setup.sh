@@ -75,28 +75,18 @@ else
   [ -z "$missing" ] || apt_install $missing
 fi
 
+# Step 2's shared venv (link_shared_venv, prune_shared_venvs): in their own file, outside step 2, whose text
+# is part of the venv's key, so that a change to them makes no new venv.
+source "$ROOT/scripts/shared_venv.sh"
+
 # 2. LibTorch: Torch_DIR, else the project venv's torch, else a python3 that already has torch, else
 #    create .venv and pip-install the wheel (which carries LibTorch: headers, libraries, CMake config).
 #    A clone without .venv gets a link to a venv that every clone shares (link_shared_venv).
-# link_shared_venv: .venv becomes a link to RANZCR_VENV_CACHE/<key> (default ~/.cache/ranzcr/venvs), made
-# there once by this step and step 2b. The key hashes the text of both steps (the packages and their pins),
-# the *_PIP_SPEC(S) variables set, and the python, so another set of packages gets a venv of its own. A
-# fresh clone (CI's) then installs nothing that an earlier clone installed: 3.5 minutes of pip here, before.
-# RANZCR_VENV_CACHE=0: a venv of the clone's own. The lock (held until step 2b is done) makes a second
-# clone's set-up wait while another fills the same venv. Nothing removes an old venv; delete the folder.
-link_shared_venv() {
-  local key dir
-  key=$({ sed -n '/^# 2\. LibTorch/,/^# 3\. Configure/p' "$ROOT/scripts/setup.sh"
-          env | grep -E '^[A-Z_]*PIP_SPECS?=' | sort
-          python3 -VV; } | sha256sum | cut -c1-16)
-  dir=${RANZCR_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ranzcr/venvs}/$key
-  mkdir -p "$(dirname "$dir")"
-  exec 9>"$dir.lock"
-  flock 9
-  [ -x "$dir/bin/python" ] || python3 -m venv "$dir"
-  ln -s "$dir" "$ROOT/.venv"
-  say ".venv: a link to the shared venv $dir"
-}
+# A .venv that links into the shared venvs follows set-up's key (above), unless RANZCR_OFFLINE=1 (no pip).
+if [ -z "${Torch_DIR:-}" ] && [ -L "$ROOT/.venv" ] && [ "${RANZCR_VENV_CACHE:-}" != 0 ] &&
+  [ "${RANZCR_OFFLINE:-0}" != 1 ] && [ "$(dirname "$(readlink "$ROOT/.venv")")" = "$VENV_CACHE" ]; then
+  link_shared_venv
+fi
 if [ -z "${Torch_DIR:-}" ]; then
   torch_prefix() { "$1" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null | tail -n 1; }
   PREFIX=""
