@@ -184,15 +184,23 @@ flock -u 9 2>/dev/null || true  # the shared venv's lock (link_shared_venv), if 
 #    compiler, its flags and every header a file includes, so a changed recipe or dependency recompiles. No
 #    compile command may name a path of the clone that base_dir does not rewrite (a -D value, a header named
 #    by its absolute path): then that file misses in every other clone (CMakeLists.txt's pch, tests/build_paths).
+#    ccache runs through scripts/ccache-launch.sh, which removes an old precompiled header before it is
+#    rebuilt (else the rebuilt one, and every file built with it, missed the cache).
 CCACHE_ARGS=()
+launcher=""
 if [ "${RANZCR_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
-  launcher="env;CCACHE_BASEDIR=$ROOT;CCACHE_NOHASHDIR=1;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache"
+  launcher="env;CCACHE_BASEDIR=$ROOT;CCACHE_NOHASHDIR=1;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;$ROOT/scripts/ccache-launch.sh"
   CCACHE_ARGS=(-DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" -DRANZCR_CCACHE=ON)
 fi
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   say "configuring $BUILD_DIR (Torch_DIR=$Torch_DIR${BUNDLE:+, bundle $BUNDLE}${CCACHE_ARGS:+, ccache})"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$Torch_DIR" \
     ${BUNDLE:+-DCMAKE_PREFIX_PATH="$BUNDLE"} "${CCACHE_ARGS[@]}" ${RANZCR_CMAKE_ARGS:-} >/dev/null
+elif [ -n "$launcher" ] && grep -q '^RANZCR_CCACHE:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" &&
+  ! grep -qxF "CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED=$launcher" "$BUILD_DIR/CMakeCache.txt"; then
+  # A build folder configured with another launcher (ccache called directly, before ccache-launch.sh).
+  say "reconfiguring $BUILD_DIR (the compiler launcher is now scripts/ccache-launch.sh)"
+  cmake "${CCACHE_ARGS[@]}" "$BUILD_DIR" >/dev/null
 elif grep -q '^GDCM_DIR:' "$BUILD_DIR/CMakeCache.txt"; then
   # A build folder configured when DICOM went through GDCM: configure it again for DCMTK and OpenJPEG.
   say "reconfiguring $BUILD_DIR (DICOM now goes through DCMTK and OpenJPEG)"
