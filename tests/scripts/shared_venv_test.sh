@@ -18,9 +18,12 @@ fail() {
   failures=$((failures + 1))
 }
 hold_lock() {  # hold_lock FILE SECONDS: one process (no child keeping the lock) holds FILE's lock; its pid in $holder
-  (exec 8>> "$1" && flock 8 && exec sleep "$2") &
+  rm -f "$tmp/held"
+  (exec 8>> "$1" && flock 8 && touch "$tmp/held" && exec sleep "$2") &
   holder=$!
-  sleep 0.5
+  local i
+  for i in $(seq 100); do [ -e "$tmp/held" ] && return 0; sleep 0.1; done
+  fail "the lock holder did not take $1 within 10 s"
 }
 mkdir -p "$tmp/clone/scripts"
 cp "$repo/scripts/setup.sh" "$tmp/clone/scripts/setup.sh"  # the key hashes set-up's own steps 2 and 2b
