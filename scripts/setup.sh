@@ -78,15 +78,13 @@ fi
 # Step 2's shared venv (link_shared_venv, prune_shared_venvs): in their own file, outside step 2, whose text
 # is part of the venv's key, so that a change to them makes no new venv.
 source "$ROOT/scripts/shared_venv.sh"
+# A .venv that links into the shared venvs follows set-up's key (unless Torch_DIR is set or RANZCR_OFFLINE=1:
+# then its venv is only locked and marked used).
+shared_venv_at_setup
 
 # 2. LibTorch: Torch_DIR, else the project venv's torch, else a python3 that already has torch, else
 #    create .venv and pip-install the wheel (which carries LibTorch: headers, libraries, CMake config).
 #    A clone without .venv gets a link to a venv that every clone shares (link_shared_venv).
-# A .venv that links into the shared venvs follows set-up's key (above), unless RANZCR_OFFLINE=1 (no pip).
-if [ -z "${Torch_DIR:-}" ] && [ -L "$ROOT/.venv" ] && [ "${RANZCR_VENV_CACHE:-}" != 0 ] &&
-  [ "${RANZCR_OFFLINE:-0}" != 1 ] && [ "$(dirname "$(readlink "$ROOT/.venv")")" = "$VENV_CACHE" ]; then
-  link_shared_venv
-fi
 if [ -z "${Torch_DIR:-}" ]; then
   torch_prefix() { "$1" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null | tail -n 1; }
   PREFIX=""
@@ -196,11 +194,6 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   say "configuring $BUILD_DIR (Torch_DIR=$Torch_DIR${BUNDLE:+, bundle $BUNDLE}${CCACHE_ARGS:+, ccache})"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$Torch_DIR" \
     ${BUNDLE:+-DCMAKE_PREFIX_PATH="$BUNDLE"} "${CCACHE_ARGS[@]}" ${RANZCR_CMAKE_ARGS:-} >/dev/null
-elif [ -n "$launcher" ] && grep -q '^RANZCR_CCACHE:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" &&
-  ! grep -qxF "CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED=$launcher" "$BUILD_DIR/CMakeCache.txt"; then
-  # A build folder configured with another launcher (ccache called directly, before ccache-launch.sh).
-  say "reconfiguring $BUILD_DIR (the compiler launcher is now scripts/ccache-launch.sh)"
-  cmake "${CCACHE_ARGS[@]}" "$BUILD_DIR" >/dev/null
 elif grep -q '^GDCM_DIR:' "$BUILD_DIR/CMakeCache.txt"; then
   # A build folder configured when DICOM went through GDCM: configure it again for DCMTK and OpenJPEG.
   say "reconfiguring $BUILD_DIR (DICOM now goes through DCMTK and OpenJPEG)"
@@ -211,6 +204,12 @@ elif [ -n "$BUNDLE" ] && grep -q '^RANZCR_WITH_SERVE:BOOL=OFF' "$BUILD_DIR/CMake
   # Boost.Beast, so configure it again with serve (unless RANZCR_CMAKE_ARGS names RANZCR_WITH_SERVE).
   say "reconfiguring $BUILD_DIR with serve (the bundle carries Boost.Beast now)"
   cmake -DRANZCR_WITH_SERVE=ON "$BUILD_DIR" >/dev/null
+fi
+if [ -n "$launcher" ] && grep -q '^RANZCR_CCACHE:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" &&
+  ! grep -qxF "CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED=$launcher" "$BUILD_DIR/CMakeCache.txt"; then
+  # A build folder configured with another launcher (ccache called directly, before ccache-launch.sh).
+  say "reconfiguring $BUILD_DIR (the compiler launcher is now scripts/ccache-launch.sh)"
+  cmake "${CCACHE_ARGS[@]}" "$BUILD_DIR" >/dev/null
 fi
 if [ -n "$BUNDLE" ]; then
   # Every bundled dependency must come from the bundle, not from a system package beside it.
