@@ -50,14 +50,15 @@ shared_venv_at_setup() {
 # once (no set-up is filling or using it); the age is read again under the lock. A clone still linked to one
 # gets it back, made again, at its next set-up.
 prune_shared_venvs() {
-  local days=${RANZCR_VENV_PRUNE_DAYS:-30} lock old
+  local days=${RANZCR_VENV_PRUNE_DAYS:-30} lock old name
   case $days in
     '' | *[!0-9]*) die "RANZCR_VENV_PRUNE_DAYS=$days: expected a whole number of days (0: remove none)" ;;
     0) return 0 ;;
   esac
   while IFS= read -r lock; do
     old=${lock%.lock}
-    [[ "$(basename "$old")" =~ ^[0-9a-f]{16}$ ]] && [ "$(basename "$old")" != "$1" ] && [ -d "$old" ] || continue
+    name=${old##*/}
+    [[ "$name" =~ ^[0-9a-f]{16}$ ]] && [ "$name" != "$1" ] && [ -d "$old" ] || continue
     # The lock file stays (empty): a set-up waiting on it then holds the one lock a later set-up takes too.
     if flock -n "$lock" bash -c '[ -n "$(find "$1" -mtime +"$2")" ] && rm -rf -- "$3"' _ "$lock" "$((days - 1))" "$old" &&
       [ ! -e "$old" ]; then
